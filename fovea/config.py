@@ -1,0 +1,141 @@
+"""Configuration: frozen dataclasses, one per concern, nested in `FoveaConfig`.
+
+Knows nothing about models or tensors; CLIs build these from argparse and write
+them as JSON next to every checkpoint and result (`to_dict` / `from_dict`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields, is_dataclass
+
+RETRIEVAL_MODES = (
+    "cumulative",      # the paper's rule: smallest set reaching mass rho, clamped to [K_min, K_max]
+    "fixed",           # top-K with a fixed K (the paper's appendix uses K = 16)
+    "dense",           # every valid entry
+    "random",          # K random valid entries, uniform weights (control)
+    "static",          # the same entries for every draft state of an image (control)
+    "query_agnostic",  # scores from a learned constant query, not the draft state (control)
+    "state_only",      # the query without the depth embedding (control)
+)
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    mode: str = "cumulative"
+    rho: float = 0.8        # cumulative probability mass (paper: 0.8)
+    k_min: int = 4          # paper: 32 of ~2-3k visual tokens; scaled to a 64-entry memory
+    k_max: int = 32         # paper: 256
+    fixed_k: int = 16       # used by mode="fixed" (and as K for random / static)
+
+    def __post_init__(self) -> None:
+        if self.mode not in RETRIEVAL_MODES:
+            raise ValueError(f"retrieval mode must be one of {RETRIEVAL_MODES}, got {self.mode!r}")
+        if not 0.0 < self.rho <= 1.0:
+            raise ValueError(f"rho must be in (0, 1], got {self.rho}")
+        if not 1 <= self.k_min <= self.k_max:
+            raise ValueError(f"need 1 <= k_min <= k_max, got k_min={self.k_min}, k_max={self.k_max}")
+        if self.fixed_k < 1:
+            raise ValueError(f"fixed_k must be >= 1, got {self.fixed_k}")
+
+
+@dataclass(frozen=True)
+class CorrectionConfig:
+    enabled: bool = True
+    max_depth: int = 1      # correct draft states at tree depth <= max_depth (root state = depth 0); paper: 1
+    hidden: int = 512       # width of f and g (paper: 512)
+    use_gate: bool = True   # False: g == 1 (the "no gate" ablation)
+    use_depth_embedding: bool = True
+    max_tree_depth: int = 8  # size of the depth-embedding table
+
+    def __post_init__(self) -> None:
+        if self.max_depth < -1:
+            raise ValueError(f"correction max_depth must be >= -1 (-1 = never), got {self.max_depth}")
+
+
+@dataclass(frozen=True)
+class TreeConfig:
+    depth: int = 5          # draft levels below the root
+    top_k: int = 4          # children per expanded node, and nodes expanded per level
+    total_tokens: int = 16  # node budget verified by the target (root excluded)
+    chain: bool = False     # True: a single chain (top-1 each level), no tree
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.depth <= 16:
+            raise ValueError(f"tree depth must be in [1, 16], got {self.depth}")
+        if not 1 <= self.top_k <= 16:
+            raise ValueError(f"tree top_k must be in [1, 16], got {self.top_k}")
+        if not 1 <= self.total_tokens <= 128:
+            raise ValueError(f"tree total_tokens must be in [1, 128], got {self.total_tokens}")
+
+
+@dataclass(frozen=True)
+class DecodingConfig:
+    max_new_tokens: int = 64
+    greedy: bool = True
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+    trace: bool = True      # False: skip building trace records (benchmarks)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_new_tokens <= 4096:
+            raise ValueError(f"max_new_tokens must be in [1, 4096], got {self.max_new_tokens}")
+        if not self.greedy and self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0 when sampling, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass(frozen=True)
+class DrafterConfig:
+    """Shape of the drafter; hidden size / heads / vocab come from the target."""
+    hidden_size: int = 512
+    num_heads: int = 8
+    num_kv_heads: int = 8
+    intermediate_size: int = 1376
+    num_layers: int = 1
+    vocab_size: int = 2048
+    memory_dim: int = 512   # width of the projected visual tokens
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-6
+    max_positions: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ValueError("hidden_size must divide by num_heads, and num_heads by num_kv_heads")
+        if not 1 <= self.num_layers <= 2:
+            raise ValueError(f"drafter num_layers must be 1 or 2, got {self.num_layers}")
+
+
+@dataclass(frozen=True)
+class FoveaConfig:
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    correction: CorrectionConfig = field(default_factory=CorrectionConfig)
+    tree: TreeConfig = field(default_factory=TreeConfig)
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+
+    def replace(self, **sections) -> "FoveaConfig":
+        """`cfg.replace(tree=dict(depth=3))` -> copy with those fields of that section changed."""
+        new = {}
+        for name, changes in sections.items():
+            current = getattr(self, name)
+            new[name] = dataclasses.replace(current, **changes) if isinstance(changes, dict) else changes
+        return dataclasses.replace(self, **new)
+
+
+def to_dict(cfg) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def from_dict(cls, data: dict):
+    """Build a (nested) frozen dataclass from a dict, rejecting unknown keys with a clear message."""
+    known = {f.name: f for f in fields(cls)}
+    unknown = set(data) - set(known)
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} keys: {sorted(unknown)}")
+    kwargs = {}
+    for name, value in data.items():
+        ftype = known[name].type
+        sub = globals().get(ftype) if isinstance(ftype, str) else ftype
+        kwargs[name] = from_dict(sub, value) if is_dataclass(sub) and isinstance(value, dict) else value
+    return cls(**kwargs)

@@ -1,0 +1,24 @@
+"""Procedural (image, question, answer) samples for training a tiny VLM from
+scratch: coloured shape scenes, text to read, and bar charts, with object
+masks, answer-to-object mentions and dense per-patch labels.
+
+Pure numpy + Pillow; knows nothing about models or tokenizers.
+"""
+from fovea.data.generate import (
+    EVAL_SEED_START,
+    FAMILIES,
+    TASKS,
+    eval_seeds,
+    iter_corpus_text,
+    make_sample,
+    save_examples,
+    train_seeds,
+)
+from fovea.data.labels import CHARSET, COLOURS, NUM_LABELS, SHAPES
+from fovea.data.sample import GRID, IGNORE, IMAGE_SIZE, PATCH, Mention, Obj, Sample
+
+__all__ = [
+    "CHARSET", "COLOURS", "EVAL_SEED_START", "FAMILIES", "GRID", "IGNORE", "IMAGE_SIZE", "NUM_LABELS", "PATCH",
+    "SHAPES", "TASKS", "Mention", "Obj", "Sample", "eval_seeds", "iter_corpus_text", "make_sample",
+    "save_examples", "train_seeds",
+]

@@ -1,0 +1,101 @@
+"""The "ocr" family: 1-3 random codes (3-6 capital letters and digits) on
+separate lines, and questions that need reading them.
+
+Codes come from the seeded generator, not a dictionary, so the model must read
+glyphs rather than guess words. Layouts are pure data; render() draws them.
+"""
+import random
+import string
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image
+
+from fovea.data import glyphs, text
+from fovea.data.labels import CHAR_ID, box_mask, patch_labels
+from fovea.data.sample import IMAGE_SIZE, Obj, box_of
+from fovea.data.text import QA, Name
+
+TASKS = ("read", "top", "word_count")
+ALPHABET = string.ascii_uppercase + string.digits
+SIZES = (20, 22, 24, 26)  # capitals 14-18 px tall: at least one 16-px patch high
+MARGIN = 4
+ROW_CENTRES = (21, 64, 107)
+ROW_NAMES = ("top", "middle", "bottom")
+THEMES = (  # (background, ink): dark and light paper, always high contrast
+    ((20, 22, 30), (240, 240, 240)), ((24, 24, 24), (250, 230, 40)), ((16, 28, 36), (0, 215, 220)),
+    ((235, 232, 220), (20, 20, 20)), ((245, 245, 245), (30, 40, 120)),
+)
+INK_THRESHOLD = 96  # anti-aliased ink above this counts as part of a word's mask
+
+
+@dataclass(frozen=True)
+class Line:
+    word: str
+    size: int
+    row: int
+    x: int  # left of the ink
+    y: int  # top of the capitals
+
+
+@dataclass(frozen=True)
+class Layout:
+    lines: tuple[Line, ...]  # top to bottom, which is also the order of Sample.objects
+    background: tuple[int, int, int]
+    ink: tuple[int, int, int]
+
+
+def sample_layout(rng: random.Random) -> Layout:
+    n = rng.randint(1, 3)
+    words: list[str] = []
+    while len(words) < n:
+        word = "".join(rng.choice(ALPHABET) for _ in range(rng.randint(3, 6)))
+        if word not in words:
+            words.append(word)
+    lines = []
+    for word, row in zip(words, sorted(rng.sample(range(3), n))):
+        size = rng.choice([s for s in SIZES if glyphs.text_width(word, s) <= IMAGE_SIZE - 2 * MARGIN])
+        width = glyphs.text_width(word, size)
+        x = rng.randint(MARGIN, IMAGE_SIZE - MARGIN - width)
+        y = ROW_CENTRES[row] - glyphs.cap_height(size) // 2 + rng.randint(-4, 4)
+        lines.append(Line(word, size, row, x, y))
+    background, ink = rng.choice(THEMES)
+    background = tuple(min(255, max(0, c + rng.randint(-8, 8))) for c in background)
+    return Layout(tuple(lines), background, ink)
+
+
+def options(layout: Layout, task: str) -> list:
+    """Every ocr question has a unique answer on any layout."""
+    if task not in TASKS:
+        raise ValueError(f"unknown ocr task {task!r}")
+    return [None]
+
+
+def ask(layout: Layout, task: str, choice, rng: random.Random) -> QA:
+    """Word the question for `task`; ocr questions need no `choice`."""
+    words = [Name(line.word, i) for i, line in enumerate(layout.lines)]
+    n = len(words)
+    fields = dict(count=text.count(n, "word"), be=text.be(n))
+    if task == "read":
+        short = " ".join(w.text for w in words)
+        return text.ask(rng, text.OCR, task, short, text=text.join(words, sep=" ", last=" "), **fields)
+    if task == "word_count":
+        return text.ask(rng, text.OCR, task, str(n), listed=text.join(words), **fields)
+    rest_templates = text.OCR["top"]["rest_one" if n == 1 else "rest_more"]
+    rest = text.pieces(rng.choice(rest_templates), others=text.join(words[1:]))
+    return text.ask(rng, text.OCR, task, words[0].text, word=words[0], rest=rest, **fields)
+
+
+def render(layout: Layout) -> tuple[Image.Image, list[Obj], dict[str, np.ndarray]]:
+    """Draw a layout: (RGB image, one "word" object per line, patch labels)."""
+    ink = np.zeros((IMAGE_SIZE, IMAGE_SIZE), dtype=np.uint8)
+    char_boxes = [glyphs.draw_text(ink, line.x, line.y, line.word, line.size) for line in layout.lines]
+    canvas = np.empty((IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)
+    canvas[:] = layout.background
+    image = glyphs.blend(canvas, ink, layout.ink)
+    objects, char_regions = [], []
+    for line, boxes in zip(layout.lines, char_boxes):
+        mask = (ink > INK_THRESHOLD) & box_mask(glyphs.text_box(boxes))
+        objects.append(Obj("word", line.word, box_of(mask), mask, {"row": ROW_NAMES[line.row]}))
+        char_regions += [(box_mask(box), CHAR_ID[char]) for char, box in boxes]
+    return image, objects, patch_labels({"char": char_regions})

@@ -1,0 +1,214 @@
+"""Question and answer templates for every family, and the small formatter
+that fills them while recording which characters name which image object.
+
+Knows nothing about images: families choose the facts and the template, this
+module turns them into English plus Mention spans.
+"""
+import random
+import string
+from dataclasses import dataclass
+
+from fovea.data.sample import MIN_WORDS, Mention
+
+
+@dataclass(frozen=True)
+class Name:
+    """Answer text that names objects[obj]; filling it records a Mention."""
+
+    text: str
+    obj: int
+
+
+Piece = str | int | Name
+Field = Piece | list[Piece]
+
+
+@dataclass(frozen=True)
+class QA:
+    question: str
+    answer: str
+    short_answer: str
+    mentions: list[Mention]
+
+
+_FORMATTER = string.Formatter()
+
+
+def pieces(template: str, **fields: Field) -> list[Piece]:
+    """str.format for plain {name} fields, kept as pieces so Names survive nesting."""
+    out: list[Piece] = []
+    for literal, name, _, _ in _FORMATTER.parse(template):
+        out.append(literal)
+        if name is not None:
+            value = fields[name]
+            out.extend(value if isinstance(value, list) else [value])
+    return out
+
+
+def fill(template: str, **fields: Field) -> tuple[str, list[Mention]]:
+    """Fill a template; a Mention for every Name, at its character span in the result."""
+    out: list[str] = []
+    mentions: list[Mention] = []
+    length = 0
+    for piece in pieces(template, **fields):
+        piece_text = piece.text if isinstance(piece, Name) else str(piece)
+        if isinstance(piece, Name):
+            mentions.append(Mention(length, length + len(piece_text), piece.obj))
+        out.append(piece_text)
+        length += len(piece_text)
+    return "".join(out), mentions
+
+
+def ask(rng: random.Random, family: dict, task: str, short_answer: str, **fields: Field) -> QA:
+    """Pick a question and an answer phrasing from family[task], fill both, pad the answer to MIN_WORDS."""
+    question, _ = fill(rng.choice(family[task]["q"]), **fields)
+    answer, mentions = fill(rng.choice(family[task]["a"]), **fields)
+    for filler in rng.sample(family["pad"], len(family["pad"])):
+        if len(answer.split()) >= MIN_WORDS:
+            break
+        answer += " " + filler
+    return QA(question, answer, short_answer, mentions)
+
+
+def join(items: list[Field], sep: str = ", ", last: str = " and ") -> list[Piece]:
+    """English list: ["a", "b", "c"] -> a, b and c, keeping Names intact."""
+    out: list[Piece] = []
+    for i, item in enumerate(items):
+        if i:
+            out.append(last if i == len(items) - 1 else sep)
+        out.extend(item if isinstance(item, list) else [item])
+    return out
+
+
+def plural(noun: str) -> str:
+    return noun + ("es" if noun.endswith(("s", "x", "ch")) else "s")
+
+
+def count(n: int, noun: str) -> str:
+    """'1 shape', '3 shapes'."""
+    return f"{n} {noun if n == 1 else plural(noun)}"
+
+
+def be(n: int) -> str:
+    return "is" if n == 1 else "are"
+
+
+def article(word: str) -> str:
+    return "an" if word[0] in "aeiou" else "a"
+
+
+ORDINALS = ("first", "second", "third", "fourth", "fifth")
+
+# Fillers are appended, in seeded order, until an answer reaches MIN_WORDS.
+# They carry no colour, digit or position words, so they never look like a short answer.
+SCENE = {
+    "pad": [
+        "The background is plain and dark.",
+        "Each shape sits in its own cell of a three by three grid.",
+        "No two shapes overlap.",
+        "The shapes are drawn in flat, solid colours.",
+    ],
+    "describe": {
+        "q": ["Describe the image.", "What shapes can you see in this picture?",
+              "Describe every shape in the image with its colour and position.", "List the shapes in this image."],
+        "a": ["The image shows {count} on a dark background: {items}.",
+              "There {be} {count} in this picture. Reading from the top left, there is {items}.",
+              "I can see {count}. Going row by row from the top, the picture contains {items}."],
+    },
+    "count": {
+        "q": ["How many {what} are there?", "How many {what} can you see in the image?",
+              "Count the {what} in this picture."],
+        "a": ["There {be} {count} in the image: {items}. Altogether the picture contains {total}.",
+              "I count {count}: {items}. The whole image contains {total}.",
+              "The answer is {n}. I can see {items}, so there {be} {count}. The picture has {total} in total."],
+    },
+    "colour": {
+        "q": ["What colour is the {shape}?", "Which colour does the {shape} have?", "Tell me the colour of the {shape}."],
+        "a": ["The {shape} {pos} is {colour}. It is a {size} shape. The image contains {total} in total.",
+              "It is {colour}. The {size} {shape} sits {pos}, and it is the only {shape} in the picture.",
+              "The {shape} is coloured {colour}. You can find this {size} shape {pos}. "
+              "The image contains {total} altogether."],
+    },
+    "spatial": {
+        "q": ["What is {relation} the {ref}?", "Which shape is {relation} the {ref}?",
+              "Name the shape {relation} the {ref}."],
+        "a": ["{Relation} the {ref} there is {article} {size} {target}. The {ref} is {ref_pos} "
+              "and the {target} is {target_pos}.",
+              "The shape {relation} the {ref} is {article} {size} {target}, which sits {target_pos}. "
+              "There {be} {total} in the picture.",
+              "It is {article} {target}. You can find the {size} {target} {target_pos}, {relation} the {ref}."],
+    },
+    "position": {
+        "q": ["Where is the {target}?", "In which part of the image is the {target}?",
+              "Where can you find the {target}?"],
+        "a": ["The {target} is {pos}. It is a {size} shape, and the image contains {total} in total.",
+              "You can find the {size} {target} {pos} of the image. It is one of {total} in the picture.",
+              "It is {pos}. The {target} there is {size}, and the picture holds {total} altogether."],
+    },
+}
+
+OCR = {
+    "pad": [
+        "The letters are printed in a plain font.",
+        "The words are made-up codes, not dictionary words.",
+        "Each line of text uses capital letters and digits.",
+        "There is nothing else in the image besides the text.",
+    ],
+    "read": {
+        "q": ["What does the text say?", "Read all the text in the image.", "What is written in this image?",
+              "Read the text from top to bottom."],
+        "a": ["The text reads {text}. There {be} {count} in the image, each on its own line.",
+              "Reading from top to bottom, the image says {text}. It holds {count} in total.",
+              "It says {text}. I can see {count}, printed on separate lines from top to bottom."],
+    },
+    "top": {
+        "q": ["What is written at the top?", "What does the top line of text say?", "Read the first line of text.",
+              "Which word is at the top of the image?"],
+        "a": ["The top line says {word}. {rest}", "The first word from the top is {word}. {rest}",
+              "At the top of the image it says {word}. {rest}"],
+        "rest_one": ["It is the only text in the image.", "No other text appears in the picture."],
+        "rest_more": ["Below it you can also read {others}.", "Further down, the image shows {others}."],
+    },
+    "word_count": {
+        "q": ["How many words are written in the image?", "How many words can you see?",
+              "Count the words in this picture."],
+        "a": ["There {be} {count} in the image: {listed}. Each word is on its own line.",
+              "I can see {count}. From top to bottom the text reads {listed}.",
+              "The image contains {count}, namely {listed}, written on separate lines."],
+    },
+}
+
+CHART = {
+    "pad": [
+        "Each bar has its value written above it.",
+        "The labels are written below the bars.",
+        "The chart has a horizontal and a vertical axis.",
+        "All values are whole numbers between one and nine.",
+    ],
+    "highest": {
+        "q": ["Which bar is the highest?", "Which bar has the largest value?", "Which label has the tallest bar?"],
+        "a": ["Bar {label} is the highest, with a value of {value}. The chart has {count}, and from left "
+              "to right their values are {values}.",
+              "The tallest bar is {label}. It reaches {value}, more than any other bar. "
+              "The values from left to right are {values}.",
+              "Of the {count} in the chart, {label} has the largest value, {value}. "
+              "Reading from the left, the values are {values}."],
+    },
+    "value": {
+        "q": ["What is the value of bar {label}?", "How high is the bar labelled {label}?",
+              "What number is shown above bar {label}?"],
+        "a": ["Bar {label} has a value of {value}. It is the {ordinal} of the {count} in the chart, "
+              "counting from the left.",
+              "The bar labelled {label} reaches {value}. That number is written above it, and it is the "
+              "{ordinal} bar from the left.",
+              "The value of {label} is {value}. The chart shows {count} in total, and {label} is the "
+              "{ordinal} one from the left."],
+    },
+    "describe": {
+        "q": ["Describe the chart.", "What does this bar chart show?", "List every bar and its value.",
+              "Describe all the bars in the chart."],
+        "a": ["This bar chart has {count}. From left to right they are labelled {labels}, with values {values}.",
+              "The chart shows {count} labelled {labels}. Reading from left to right, their values are {values}.",
+              "There {be} {count} in this chart: {pairs}. In order from the left, the values are {values}."],
+    },
+}

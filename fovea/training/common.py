@@ -1,0 +1,88 @@
+"""Shared training plumbing: seeded batches of generated samples, checkpoint/resume, LR schedule.
+
+Knows nothing about which model is trained.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fovea.models.bundled import encode_prompt, image_to_pixels
+
+
+def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
+    """Linear warm-up, then cosine decay to 10% of the peak."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def collate(samples, tokenizer, max_answer_tokens: int = 96):
+    """Samples -> right-padded input ids, attention mask, answer-only labels, pixels, patch labels."""
+    rows, labels = [], []
+    for s in samples:
+        prompt = encode_prompt(tokenizer, s.question)
+        answer = tokenizer(" " + s.answer, add_special_tokens=False)["input_ids"][:max_answer_tokens]
+        answer = answer + [tokenizer.eos_token_id]
+        rows.append(prompt + answer)
+        labels.append([-100] * len(prompt) + answer)
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    lab = torch.full((len(rows), width), -100, dtype=torch.long)
+    att = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (r, l) in enumerate(zip(rows, labels)):
+        ids[i, : len(r)] = torch.tensor(r)
+        lab[i, : len(l)] = torch.tensor(l)
+        att[i, : len(r)] = 1
+    pixels = torch.cat([image_to_pixels(s.image) for s in samples])
+    kinds = samples[0].patch_labels.keys()
+    patch = {k: torch.from_numpy(np.stack([s.patch_labels[k] for s in samples]).reshape(len(samples), -1))
+             for k in kinds}
+    return ids, att, lab, pixels, patch
+
+
+class Checkpointer:
+    """Saves {model, optimiser, step, rng} to `run_dir/last.pt` atomically; resumes from it."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / "last.pt"
+
+    def save(self, step: int, modules: dict, extra: dict | None = None) -> None:
+        state = {"step": step, "extra": extra or {},
+                 "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
+                 "modules": {k: v.state_dict() for k, v in modules.items()}}
+        tmp = self.path.with_suffix(".tmp")
+        torch.save(state, tmp)
+        tmp.replace(self.path)
+
+    def load(self, modules: dict) -> tuple[int, dict]:
+        if not self.path.exists():
+            return 0, {}
+        state = torch.load(self.path, map_location="cpu", weights_only=False)
+        for k, v in modules.items():
+            v.load_state_dict(state["modules"][k])
+        torch.set_rng_state(state["rng"]["torch"])
+        random.setstate(state["rng"]["python"])
+        return state["step"], state["extra"]
+
+
+def append_jsonl(path: Path, record: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+class Timer:
+    def __init__(self):
+        self.start = time.time()
+
+    def minutes(self) -> float:
+        return (time.time() - self.start) / 60

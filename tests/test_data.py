@@ -1,0 +1,254 @@
+"""Properties of the procedural data generator (fovea.data): determinism,
+seed ranges, answer wording, object masks, mentions and patch labels."""
+import re
+import time
+
+import numpy as np
+import pytest
+
+from fovea.data import (
+    EVAL_SEED_START,
+    FAMILIES,
+    GRID,
+    IGNORE,
+    IMAGE_SIZE,
+    NUM_LABELS,
+    SHAPES,
+    TASKS,
+    eval_seeds,
+    iter_corpus_text,
+    make_sample,
+    save_examples,
+    train_seeds,
+)
+from fovea.data.labels import COLOURS, MIN_COVER
+from fovea.data.sample import MAX_WORDS, MIN_WORDS, PATCH, box_of
+from fovea.data.scenes import POSITIONS, RELATIONS
+
+SEEDS_PER_TASK = 200
+ALL_TASKS = [(family, task) for family in FAMILIES for task in TASKS[family]]
+# Label kinds that carry supervision in each family; the rest must be all IGNORE.
+APPLIES = {"scene": {"colour", "shape"}, "ocr": {"char"}, "chart": {"colour", "char", "bar"}}
+
+
+@pytest.fixture(scope="module")
+def samples():
+    """SEEDS_PER_TASK samples of every (family, task), generated once for all property tests."""
+    return [make_sample(seed, family, task) for family, task in ALL_TASKS for seed in range(SEEDS_PER_TASK)]
+
+
+def _same(a, b) -> bool:
+    return (
+        np.array_equal(np.asarray(a.image), np.asarray(b.image))
+        and (a.question, a.answer, a.short_answer, a.family, a.task) == (b.question, b.answer, b.short_answer,
+                                                                         b.family, b.task)
+        and a.mentions == b.mentions
+        and [(o.kind, o.label, o.box) for o in a.objects] == [(o.kind, o.label, o.box) for o in b.objects]
+        and all(np.array_equal(x.mask, y.mask) for x, y in zip(a.objects, b.objects))
+        and all(np.array_equal(a.patch_labels[k], b.patch_labels[k]) for k in NUM_LABELS)
+    )
+
+
+def test_same_seed_gives_identical_sample():
+    for seed in list(range(30)) + list(eval_seeds(6)):
+        assert _same(make_sample(seed), make_sample(seed))
+
+
+def test_different_seeds_give_different_samples():
+    texts = {make_sample(seed).answer for seed in range(60)}
+    assert len(texts) == 60
+
+
+def test_family_and_task_follow_from_seed_alone():
+    for seed in range(30):
+        sample = make_sample(seed)
+        assert _same(sample, make_sample(seed, sample.family, sample.task))
+        assert make_sample(seed, sample.family).task == sample.task
+
+
+def test_every_family_and_task_is_reachable_from_seed_alone():
+    seen = {(s.family, s.task) for s in map(make_sample, range(300))}
+    assert seen == set(ALL_TASKS)
+
+
+def test_train_and_eval_seeds_are_disjoint():
+    assert max(train_seeds(1000, start=EVAL_SEED_START - 1000)) < min(eval_seeds(1000))
+    assert not set(train_seeds(5000)) & set(eval_seeds(5000))
+    with pytest.raises(ValueError):
+        train_seeds(10, start=EVAL_SEED_START - 5)
+
+
+def test_unknown_family_or_task_is_rejected():
+    with pytest.raises(ValueError):
+        make_sample(0, "video")
+    with pytest.raises(ValueError):
+        make_sample(0, "scene", "highest")
+
+
+def test_image_is_rgb_of_image_size(samples):
+    for s in samples[::20]:
+        assert s.image.mode == "RGB" and s.image.size == (IMAGE_SIZE, IMAGE_SIZE)
+
+
+def test_short_answer_appears_as_whole_words_in_answer(samples):
+    for s in samples:
+        assert re.search(rf"(?<!\w){re.escape(s.short_answer)}(?!\w)", s.answer), (s.short_answer, s.answer)
+
+
+def test_answer_length_is_20_to_60_words_for_every_task(samples):
+    for s in samples:
+        assert MIN_WORDS <= len(s.answer.split()) <= MAX_WORDS, (s.task, s.answer)
+
+
+def test_questions_and_answers_vary_within_a_task(samples):
+    for family, task in ALL_TASKS:
+        group = [s for s in samples if (s.family, s.task) == (family, task)]
+        assert len({s.answer.split()[0] for s in group}) >= 2, (family, task)
+        assert len({s.question for s in group}) >= 2, (family, task)
+
+
+def test_mentions_are_valid_spans_that_name_their_object(samples):
+    for s in samples:
+        assert s.mentions, (s.task, s.answer)
+        for m in s.mentions:
+            assert 0 <= m.start < m.end <= len(s.answer)
+            assert 0 <= m.obj < len(s.objects)
+            assert s.answer[m.start:m.end] in s.objects[m.obj].label
+
+
+def test_objects_have_nonempty_masks_inside_their_boxes(samples):
+    for s in samples:
+        for obj in s.objects:
+            assert obj.mask.shape == (IMAGE_SIZE, IMAGE_SIZE) and obj.mask.dtype == bool
+            assert obj.mask.any()
+            x0, y0, x1, y1 = obj.box
+            assert 0 <= x0 < x1 <= IMAGE_SIZE and 0 <= y0 < y1 <= IMAGE_SIZE
+            assert obj.box == box_of(obj.mask)
+
+
+def test_objects_never_overlap(samples):
+    for s in samples:
+        total = sum(obj.mask.astype(int) for obj in s.objects)
+        assert total.max() == 1
+
+
+def test_patch_labels_have_grid_shape_and_valid_ids(samples):
+    for s in samples:
+        assert set(s.patch_labels) == set(NUM_LABELS)
+        for kind, labels in s.patch_labels.items():
+            assert labels.shape == (GRID, GRID) and labels.dtype == np.int64
+            valid = (labels == IGNORE) | ((labels >= 0) & (labels < NUM_LABELS[kind]))
+            assert valid.all(), kind
+            if kind in APPLIES[s.family]:
+                assert (labels > 0).any(), (s.family, kind)
+            else:
+                assert (labels == IGNORE).all(), (s.family, kind)
+
+
+def _patch_cover(mask: np.ndarray) -> np.ndarray:
+    return mask.reshape(GRID, PATCH, GRID, PATCH).sum(axis=(1, 3))
+
+
+def test_scene_patch_labels_name_the_object_covering_most_of_the_patch(samples):
+    for s in samples:
+        if s.family != "scene":
+            continue
+        cover = np.stack([_patch_cover(obj.mask) for obj in s.objects])  # [objects, GRID, GRID]
+        best = cover.argmax(axis=0)
+        for (r, c), colour in np.ndenumerate(s.patch_labels["colour"]):
+            if cover[:, r, c].max() >= MIN_COVER:
+                obj = s.objects[best[r, c]]
+                assert colour == COLOURS.index(obj.attrs["colour"])
+                assert s.patch_labels["shape"][r, c] == SHAPES.index(obj.attrs["shape"])
+            else:
+                assert colour == (0 if cover[:, r, c].sum() == 0 else IGNORE)
+
+
+def test_bar_labels_hold_the_value_of_the_bar_below_them(samples):
+    for s in samples:
+        if s.family != "chart":
+            continue
+        for obj in s.objects:
+            bar_patches = s.patch_labels["bar"] == int(obj.attrs["value"])
+            assert (_patch_cover(obj.mask)[bar_patches] > 0).any() or not bar_patches.any()
+
+
+def _grid_cell(obj) -> tuple[int, int]:
+    return next((r, c) for r, row in enumerate(POSITIONS) for c, name in enumerate(row) if name == obj.attrs["position"])
+
+
+def test_scene_questions_have_a_unique_answer(samples):
+    for s in samples:
+        if s.family != "scene":
+            continue
+        labels = [o.label for o in s.objects]
+        if s.task == "colour":
+            kinds = [o.attrs["shape"] for o in s.objects]
+            asked = [k for k in set(kinds) if re.search(rf"\b{k}\b", s.question)]
+            assert len(asked) == 1 and kinds.count(asked[0]) == 1
+            assert s.objects[kinds.index(asked[0])].attrs["colour"] == s.short_answer
+        elif s.task == "position":
+            asked = [lab for lab in set(labels) if lab in s.question]
+            assert len(asked) == 1 and labels.count(asked[0]) == 1
+            assert s.objects[labels.index(asked[0])].attrs["position"] == s.short_answer
+        elif s.task == "spatial":
+            ref = next(lab for lab in set(labels) if lab in s.question)
+            assert labels.count(ref) == 1
+            dr, dc = next((dr, dc) for dr, dc, wording in RELATIONS if wording in s.question)
+            r, c = _grid_cell(s.objects[labels.index(ref)])
+            target = [o for o in s.objects if _grid_cell(o) == (r + dr, c + dc)]
+            assert len(target) == 1 and target[0].label == s.short_answer
+        elif s.task == "count":
+            named = [w for w in COLOURS[1:] + SHAPES[1:] if re.search(rf"\b{w}(e?s)?\b", s.question)]
+            matching = [o for o in s.objects if all(w in (o.attrs["colour"], o.attrs["shape"]) for w in named)]
+            assert str(len(matching)) == s.short_answer, (s.question, s.answer)
+        elif s.task == "describe":
+            assert s.short_answer == str(len(s.objects))
+            assert all(lab in s.answer for lab in labels)
+
+
+def test_ocr_answers_read_the_words_top_to_bottom(samples):
+    for s in samples:
+        if s.family != "ocr":
+            continue
+        words = [o.label for o in s.objects]
+        assert [o.box[1] for o in s.objects] == sorted(o.box[1] for o in s.objects)
+        assert all(re.fullmatch(r"[A-Z0-9]{3,6}", w) for w in words)
+        expected = {"read": " ".join(words), "top": words[0], "word_count": str(len(words))}[s.task]
+        assert s.short_answer == expected
+
+
+def test_chart_questions_have_a_unique_answer(samples):
+    for s in samples:
+        if s.family != "chart":
+            continue
+        values = [int(o.attrs["value"]) for o in s.objects]
+        assert 3 <= len(values) <= 5 and all(1 <= v <= 9 for v in values)
+        assert len({o.label for o in s.objects}) == len(values)
+        if s.task == "highest":
+            assert values.count(max(values)) == 1
+            assert s.short_answer == s.objects[values.index(max(values))].label
+        elif s.task == "value":
+            asked = [o for o in s.objects if re.search(rf"\b{o.label}\?", s.question)]
+            assert len(asked) == 1 and s.short_answer == asked[0].attrs["value"]
+
+
+def test_corpus_text_matches_the_samples():
+    for seed, text in zip(range(40), iter_corpus_text(40)):
+        sample = make_sample(seed)
+        assert text == f"{sample.question}\n{sample.answer}"
+
+
+def test_make_sample_is_fast():
+    make_sample(0), make_sample(1), make_sample(2)  # warm the glyph caches
+    start = time.perf_counter()
+    for seed in range(300):
+        make_sample(seed)
+    # Target is < 5 ms; the bound is loose so a busy CI machine does not flake.
+    assert (time.perf_counter() - start) / 300 < 0.015
+
+
+def test_save_examples_writes_two_pngs_per_family(tmp_path):
+    paths = save_examples(tmp_path)
+    assert len(paths) == 2 * len(FAMILIES)
+    assert all(p.exists() and p.suffix == ".png" for p in paths)
