@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from fovea.target import HFVisionTarget, Prompt
+
 IMAGE_SIZE = 128
 PATCH_SIZE = 16
 NUM_IMAGE_TOKENS = (IMAGE_SIZE // PATCH_SIZE) ** 2   # 64 visual tokens, one per 16x16 patch
@@ -129,3 +131,27 @@ def save_config_json(folder: Path, name: str, payload) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     data = asdict(payload) if hasattr(payload, "__dataclass_fields__") else payload
     (folder / name).write_text(json.dumps(data, indent=2, sort_keys=True))
+
+
+class BundledTarget(HFVisionTarget):
+    """The bundled VLM behind the target interface: 128 px image, 64 visual tokens on an 8x8 grid."""
+
+    memory_grid = (IMAGE_SIZE // PATCH_SIZE, IMAGE_SIZE // PATCH_SIZE)
+    image_size = IMAGE_SIZE
+
+    def prepare(self, image: Image.Image, question: str) -> Prompt:
+        ids = torch.tensor([encode_prompt(self.tokenizer, question)])
+        return Prompt(input_ids=ids, model_inputs={"pixel_values": image_to_pixels(image).to(self.dtype)})
+
+
+def load_target(folder: str | os.PathLike = DEFAULT_TARGET_DIR) -> BundledTarget:
+    """Load the bundled target (fp16 safetensors on disk) as float32 for CPU decoding."""
+    from transformers import LlavaForConditionalGeneration
+
+    folder = Path(folder)
+    if not (folder / "config.json").exists():
+        raise FileNotFoundError(f"no bundled target at {folder} (expected config.json + model.safetensors); "
+                                "build it with `python -m fovea.train target`")
+    model = LlavaForConditionalGeneration.from_pretrained(str(folder), dtype=torch.float32,
+                                                          attn_implementation="sdpa")
+    return BundledTarget(model, load_tokenizer(folder))

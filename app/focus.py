@@ -1,0 +1,157 @@
+"""Where the drafter looked: the focus trajectory of a run and its heatmap overlays.
+
+A *focus step* is one draft state on the committed path (the root of an iteration or an
+accepted node) that read the visual memory, i.e. has a `NodeRetrieval` record. The trajectory
+lists them in decoding order; the scrubber, the token click and the focus-shift plot all index
+into it. Pure numpy + Pillow: no gradio, no model, no tokenizer (token strings come in).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from fovea.trace import IterationTrace, NodeRetrieval
+
+JACCARD_TOP = 16      # the paper's focus-shift statistic compares Top-16 sets
+HEATMAP_SIDE = 384    # display side of the overlay (the model sees a square resize of the image)
+# "inferno"-like anchors, dark -> bright; interpolated linearly (no matplotlib dependency)
+_CMAP = np.array([[0, 0, 4], [87, 16, 110], [188, 55, 84], [249, 142, 9], [252, 255, 164]], dtype=float)
+
+
+@dataclass(frozen=True)
+class FocusStep:
+    """One draft state that read the memory: `iteration` indexes `result.iterations`."""
+    iteration: int
+    node: int
+    retrieval: NodeRetrieval
+
+
+def focus_trajectory(iterations: list) -> list[FocusStep]:
+    """Draft states on the committed path with a retrieval record, in decoding order
+    (per iteration: the root, then the accepted nodes). Non-FOVEA records are skipped."""
+    steps = []
+    for pos, it in enumerate(iterations):
+        if not isinstance(it, IterationTrace):
+            continue
+        for node in [0, *it.accepted]:
+            if node in it.retrieval:
+                steps.append(FocusStep(pos, node, it.retrieval[node]))
+    return steps
+
+
+def step_for_token(trajectory: list[FocusStep], iterations: list, iteration: int, k: int) -> int | None:
+    """Trajectory index of the draft state that proposed emitted token k of an iteration.
+
+    A draft token's producer is its parent node; when that state did not read the memory
+    (deeper than the correction depth) its nearest corrected ancestor is used. The bonus token
+    comes from the target, so it maps to the iteration's last focus step. None: no focus step
+    at or before this token (e.g. correction disabled)."""
+    if not 0 <= iteration < len(iterations) or not isinstance(iterations[iteration], IterationTrace):
+        return None
+    it = iterations[iteration]
+    node = it.producer_of(k) if k < len(it.accepted) else (it.accepted[-1] if it.accepted else 0)
+    while node > 0 and node not in it.retrieval:
+        node = it.parents[node]
+    best = None
+    for idx, step in enumerate(trajectory):
+        if step.iteration < iteration or (step.iteration == iteration and _on_path_before(it, step.node, node)):
+            best = idx
+    return best
+
+
+def _on_path_before(it: IterationTrace, step_node: int, node: int) -> bool:
+    """step_node is `node` or an ancestor of it along the accepted path."""
+    path = [0, *it.accepted]
+    return step_node in path and node in path and path.index(step_node) <= path.index(node)
+
+
+def top_set(retrieval: NodeRetrieval, top: int = JACCARD_TOP) -> set[int]:
+    """The `top` highest-weight entries (indices are stored largest weight first)."""
+    return set(retrieval.indices[:top])
+
+
+def jaccard_distance(a: set[int], b: set[int]) -> float:
+    """1 - |a & b| / |a | b|; 0 for two empty sets."""
+    union = a | b
+    return 1.0 - len(a & b) / len(union) if union else 0.0
+
+
+def focus_shifts(trajectory: list[FocusStep], top: int = JACCARD_TOP) -> list[float]:
+    """Top-`top` Jaccard distance between each pair of adjacent steps ([n-1] values)."""
+    sets = [top_set(s.retrieval, top) for s in trajectory]
+    return [jaccard_distance(a, b) for a, b in zip(sets, sets[1:])]
+
+
+def weight_grid(retrieval: NodeRetrieval, grid: tuple[int, int]) -> np.ndarray:
+    """Retrieval weights placed on the memory grid: float [rows, cols], 0 where not selected.
+    Entries beyond rows*cols (non-patch memory slots, if any) are ignored."""
+    rows, cols = grid
+    out = np.zeros(rows * cols, dtype=np.float32)
+    for i, w in zip(retrieval.indices, retrieval.weights):
+        if 0 <= i < rows * cols:
+            out[i] = w
+    return out.reshape(rows, cols)
+
+
+def colormap(values: np.ndarray) -> np.ndarray:
+    """Values in [0, 1] -> uint8 RGB [..., 3] along the inferno-like anchors."""
+    x = np.clip(values, 0.0, 1.0) * (len(_CMAP) - 1)
+    lo = np.floor(x).astype(int).clip(0, len(_CMAP) - 2)
+    frac = (x - lo)[..., None]
+    return (_CMAP[lo] * (1 - frac) + _CMAP[lo + 1] * frac).round().astype(np.uint8)
+
+
+def heatmap_overlay(image: Image.Image, retrieval: NodeRetrieval | None, grid: tuple[int, int],
+                    side: int = HEATMAP_SIDE) -> Image.Image:
+    """The image as the model sees it (square resize) with the retrieval weights on top.
+
+    Selected patches are tinted by weight (normalised by the largest weight, square-root
+    scaled so small weights stay visible); unselected patches are dimmed, so the "fovea" reads
+    at a glance. `retrieval=None` returns the dimmed-free image with the patch grid only."""
+    base = np.asarray(image.convert("RGB").resize((side, side), Image.BICUBIC), dtype=np.float32)
+    rows, cols = grid
+    if retrieval is not None and retrieval.indices:
+        w = weight_grid(retrieval, grid)
+        level = np.sqrt(w / max(float(w.max()), 1e-12))                         # [rows, cols] in [0, 1]
+        level_px = np.asarray(Image.fromarray((level * 255).astype(np.uint8)).resize((side, side), Image.NEAREST),
+                              dtype=np.float32)[..., None] / 255.0                # [side, side, 1]
+        selected = level_px > 0
+        tint = colormap(level_px[..., 0]).astype(np.float32)
+        alpha = 0.25 + 0.5 * level_px
+        base = np.where(selected, base * (1 - alpha) + tint * alpha, base * 0.45)
+    out = Image.fromarray(base.clip(0, 255).astype(np.uint8))
+    _draw_grid(out, rows, cols)
+    return out
+
+
+def _draw_grid(img: Image.Image, rows: int, cols: int) -> None:
+    draw = ImageDraw.Draw(img)
+    w, h = img.size
+    for r in range(1, rows):
+        draw.line([(0, r * h // rows), (w, r * h // rows)], fill=(255, 255, 255), width=1)
+    for c in range(1, cols):
+        draw.line([(c * w // cols, 0), (c * w // cols, h)], fill=(255, 255, 255), width=1)
+
+
+def step_caption(step: FocusStep, it: IterationTrace, strings: list[str], index: int, total: int,
+                 grid: tuple[int, int]) -> str:
+    """Markdown caption of one focus step. `strings[i]` is the display text of it.tokens[i]."""
+    r = step.retrieval
+    node = step.node
+    kind = "root (last committed token)" if node == 0 else f"accepted node at depth {it.depths[node]}"
+    children = [c for c, p in enumerate(it.parents) if p == node]
+    accepted = set(it.accepted)
+    proposed = ", ".join(f"`{_tok(strings[c])}`{' ✓' if c in accepted else ''}" for c in children[:6]) or "none"
+    return (f"**Step {index + 1} / {total}** · iteration {it.iteration} · draft state of "
+            f"`{_tok(strings[node])}` ({kind})  \n"
+            f"**K = {r.k}** of {grid[0] * grid[1]} memory entries · **gate g = {r.gate:.2f}** · "
+            f"top weight {max(r.weights, default=0.0):.3f}  \n"
+            f"proposed next: {proposed}")
+
+
+def _tok(s: str) -> str:
+    """Token text safe inside a markdown code span."""
+    s = s.replace("`", "'").replace("\n", "⏎")
+    return s if s.strip() else "␣" * max(1, len(s)) if s else "∅"

@@ -1,0 +1,110 @@
+"""The Settings accordion: its Gradio controls and the pure mapping from their values to a
+`fovea.config.FoveaConfig`.
+
+`config_from_settings` never trusts its input (API callers can send anything) and raises
+`SettingsError` with a sentence saying which control to change. Defaults come from
+`FoveaConfig()` so the app and the library agree.
+"""
+from __future__ import annotations
+
+import math
+
+import gradio as gr
+
+from fovea.config import RETRIEVAL_MODES, FoveaConfig
+
+MAX_NEW_TOKENS_CAP = 256
+DEFAULTS = FoveaConfig()
+# order of the controls, i.e. of the callback arguments that carry them
+SETTING_NAMES = ("mode", "rho", "k_min", "k_max", "fixed_k", "depth", "top_k", "total_tokens",
+                 "correction", "correction_depth", "sampling", "temperature", "top_p", "seed", "max_new_tokens")
+
+
+class SettingsError(ValueError):
+    """A settings value the decoder cannot use; the message says what to change."""
+
+
+def settings_panel(cap: int = MAX_NEW_TOKENS_CAP) -> list[gr.components.Component]:
+    """Build the accordion inside the current Blocks context; returns the controls in SETTING_NAMES order."""
+    r, c, t, d = DEFAULTS.retrieval, DEFAULTS.correction, DEFAULTS.tree, DEFAULTS.decoding
+    with gr.Accordion("Settings", open=False):
+        with gr.Row():
+            mode = gr.Dropdown(list(RETRIEVAL_MODES), value=r.mode, label="Retrieval mode")
+            max_new = gr.Slider(1, cap, value=min(d.max_new_tokens, cap), step=1, label="Max new tokens")
+        with gr.Row():
+            rho = gr.Slider(0.05, 1.0, value=r.rho, step=0.05, label="ρ (cumulative mass)")
+            k_min = gr.Slider(1, 64, value=r.k_min, step=1, label="K_min")
+            k_max = gr.Slider(1, 64, value=r.k_max, step=1, label="K_max")
+            fixed_k = gr.Slider(1, 64, value=r.fixed_k, step=1, label="K (fixed / random / static)")
+        with gr.Row():
+            depth = gr.Slider(1, 8, value=t.depth, step=1, label="Tree depth")
+            top_k = gr.Slider(1, 8, value=t.top_k, step=1, label="Tree top-k")
+            total = gr.Slider(1, 64, value=t.total_tokens, step=1, label="Tree budget (nodes)")
+        with gr.Row():
+            correction = gr.Checkbox(value=c.enabled, label="Gated correction")
+            corr_depth = gr.Slider(0, 4, value=c.max_depth, step=1, label="Correction depth")
+        with gr.Row():
+            sampling = gr.Radio(["greedy", "sampling"], value="greedy" if d.greedy else "sampling", label="Decoding")
+            temperature = gr.Slider(0.05, 2.0, value=d.temperature, step=0.05, label="Temperature")
+            top_p = gr.Slider(0.05, 1.0, value=d.top_p, step=0.05, label="Top-p")
+            seed = gr.Number(value=d.seed, precision=0, label="Seed")
+    return [mode, rho, k_min, k_max, fixed_k, depth, top_k, total, correction, corr_depth,
+            sampling, temperature, top_p, seed, max_new]
+
+
+def _number(values: dict, name: str, label: str, lo: float, hi: float, integer: bool = True):
+    raw = values.get(name)
+    try:
+        x = float(raw)
+    except (TypeError, ValueError):
+        raise SettingsError(f"{label} must be a number; set it in the Settings panel.") from None
+    if not math.isfinite(x) or not lo <= x <= hi or (integer and x != int(x)):
+        kind = "a whole number" if integer else "a number"
+        raise SettingsError(f"{label} must be {kind} between {lo:g} and {hi:g}; got {raw}. "
+                            "Adjust it in the Settings panel.")
+    return int(x) if integer else x
+
+
+def config_from_settings(values: dict, cap: int = MAX_NEW_TOKENS_CAP) -> FoveaConfig:
+    """Settings values (keyed by SETTING_NAMES) -> FoveaConfig, or SettingsError."""
+    mode = values.get("mode")
+    if mode not in RETRIEVAL_MODES:
+        raise SettingsError(f"Retrieval mode must be one of: {', '.join(RETRIEVAL_MODES)}.")
+    k_min = _number(values, "k_min", "K_min", 1, 64)
+    k_max = _number(values, "k_max", "K_max", 1, 64)
+    if k_min > k_max:
+        raise SettingsError(f"K_min ({k_min}) is larger than K_max ({k_max}); lower K_min or raise K_max.")
+    greedy = values.get("sampling", "greedy") != "sampling"
+    try:
+        return DEFAULTS.replace(
+            retrieval=dict(mode=mode, rho=_number(values, "rho", "ρ", 0.01, 1.0, integer=False), k_min=k_min,
+                           k_max=k_max, fixed_k=_number(values, "fixed_k", "K", 1, 64)),
+            correction=dict(enabled=bool(values.get("correction", True)),
+                            max_depth=_number(values, "correction_depth", "Correction depth", 0, 8)),
+            tree=dict(depth=_number(values, "depth", "Tree depth", 1, 16),
+                      top_k=_number(values, "top_k", "Tree top-k", 1, 16),
+                      total_tokens=_number(values, "total_tokens", "Tree budget", 1, 128)),
+            decoding=dict(max_new_tokens=_number(values, "max_new_tokens", "Max new tokens", 1, cap),
+                          greedy=greedy,
+                          temperature=_number(values, "temperature", "Temperature", 0.01, 5.0, integer=False),
+                          top_p=_number(values, "top_p", "Top-p", 0.01, 1.0, integer=False),
+                          seed=_number(values, "seed", "Seed", 0, 2**31 - 1)),
+        )
+    except ValueError as err:
+        if isinstance(err, SettingsError):
+            raise
+        raise SettingsError(f"Those settings do not fit together ({err}); adjust them in the Settings panel.") from err
+
+
+def variant_config(config: FoveaConfig, variant: str) -> FoveaConfig:
+    """The same config under another retrieval mode, or with the correction switched off
+    (`variant == "no correction"`), for the Analysis tab's comparison."""
+    if variant == "no correction":
+        return config.replace(correction=dict(enabled=False))
+    if variant not in RETRIEVAL_MODES:
+        raise SettingsError(f"Pick a variant from the list: {', '.join(COMPARE_VARIANTS)}.")
+    return config.replace(retrieval=dict(mode=variant))
+
+
+COMPARE_VARIANTS = ("dense", "fixed", "random", "static", "no correction", *[m for m in RETRIEVAL_MODES
+                    if m not in ("dense", "fixed", "random", "static")])

@@ -1,0 +1,153 @@
+"""The Gradio 6 layout and its event wiring; `build_demo(pipeline)` returns the Blocks and
+`launch_kwargs()` the theme/css/safety arguments for `launch()`.
+
+No logic here beyond wiring: handlers live in `app.callbacks`, renderers in `app.render`,
+`app.focus` and `app.plots`. Building the layout loads no model; the pipeline comes in.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import gradio as gr
+
+from app import plots, render
+from app.callbacks import FOCUS_OUTPUTS, RUN_OUTPUTS, Callbacks
+from app.settings import COMPARE_VARIANTS, MAX_NEW_TOKENS_CAP, settings_panel
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES_DIR = ROOT / "assets" / "examples"
+CSS_PATH = Path(__file__).with_name("studio.css")
+DEFAULT_CONCURRENCY = 2          # decoding requests run at once; the rest wait in the queue
+QUEUE_MAX_SIZE = 64
+HEADER = """# FOVEA Studio
+Speculative decoding for a vision-language model: a small **drafter** proposes a tree of tokens, the
+**target** verifies it in one forward pass. At each draft state the drafter retrieves a few of the image's
+visual tokens (its *fovea*) and adds a gated correction. Upload an image, ask a question, press **Run**."""
+# Delegated click handler: the answer HTML re-renders on every streamed round, the root element stays.
+TOKEN_CLICK_JS = """
+element.addEventListener('click', (e) => {
+  const t = e.target.closest('[data-iter]');
+  if (!t) return;
+  element.querySelectorAll('.fv-selected').forEach((s) => s.classList.remove('fv-selected'));
+  t.classList.add('fv-selected');
+  trigger('click', {iter: Number(t.dataset.iter), k: Number(t.dataset.k)});
+});
+"""
+
+
+def load_examples(folder: Path = EXAMPLES_DIR) -> list[list[str]]:
+    """[[image path, question], ...] from folder/examples.json (empty if absent)."""
+    index = folder / "examples.json"
+    if not index.is_file():
+        return []
+    return [[str(folder / row["image"]), row["question"]] for row in json.loads(index.read_text())]
+
+
+def launch_kwargs() -> dict:
+    """Arguments for `demo.launch()` shared by app.py and the tests (Gradio 6 takes theme/css here)."""
+    return dict(theme=gr.themes.Soft(primary_hue="teal", secondary_hue="amber"), css_paths=[CSS_PATH],
+                share=False, ssr_mode=False, show_error=True, footer_links=["api"])
+
+
+def build_demo(pipeline, concurrency_limit: int = DEFAULT_CONCURRENCY) -> gr.Blocks:
+    cap = min(MAX_NEW_TOKENS_CAP, getattr(pipeline, "max_new_tokens_cap", MAX_NEW_TOKENS_CAP))
+    cb = Callbacks(pipeline, cap)
+    with gr.Blocks(title="FOVEA Studio", analytics_enabled=False) as demo:
+        session = gr.State(None)
+        gr.Markdown(HEADER)
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=2, min_width=320):
+                inputs = _input_column(cb, cap)
+            with gr.Column(scale=5, min_width=480):
+                c = _output_column()
+        c["session"] = session
+        _wire(demo, cb, inputs, c, concurrency_limit)
+    demo.queue(default_concurrency_limit=concurrency_limit, max_size=QUEUE_MAX_SIZE)
+    return demo
+
+
+def _input_column(cb: Callbacks, cap: int) -> dict:
+    image = gr.Image(type="filepath", label="Image", sources=["upload", "clipboard"], height=260,
+                     elem_id="fv-image")
+    question = gr.Textbox(label="Question", lines=2, max_lines=4, elem_id="fv-question",
+                          placeholder="e.g. Where is the red square?")
+    run = gr.Button("Run", variant="primary", elem_id="fv-run")
+    with gr.Row():
+        randoms = {family: gr.Button(f"Random {label}", size="sm", elem_id=f"fv-random-{family}")
+                   for family, label in (("scene", "scene"), ("ocr", "text"), ("chart", "chart"))}
+    examples = load_examples()
+    if examples:
+        gr.Examples(examples=examples, inputs=[image, question], label="Examples", examples_per_page=8)
+    settings = settings_panel(cap)
+    return dict(image=image, question=question, run=run, randoms=randoms, settings=settings)
+
+
+def _output_column() -> dict:
+    c = {"metrics": gr.HTML(render.metrics_html(None, None), label="Metrics", elem_id="fv-metrics")}
+    gr.HTML(render.legend_html())
+    c["answer"] = gr.HTML(render.answer_html([], []), label="Answer", js_on_load=TOKEN_CLICK_JS,
+                          elem_id="fv-answer")
+    gr.HTML('<div class="fv-label">Autoregressive baseline (same target, same question)</div>')
+    c["baseline"] = gr.HTML(render.plain_answer_html([], "runs after FOVEA finishes"), label="Baseline answer",
+                            elem_id="fv-baseline")
+    with gr.Tabs():
+        with gr.Tab("Focus", id="focus"):
+            with gr.Row():
+                with gr.Column(scale=1, min_width=300):
+                    c["heatmap"] = gr.Image(label="Retrieval weights over the image patches", type="pil",
+                                            format="png", interactive=False, height=384, elem_id="fv-heatmap")
+                    c["scrubber"] = gr.Slider(0, 1, value=0, step=1, label="Draft state (step along the decoding)",
+                                              interactive=False, elem_id="fv-scrubber")
+                    with gr.Row():
+                        c["play"] = gr.Button("▶ Play", size="sm")
+                        c["pause"] = gr.Button("⏸ Pause", size="sm")
+                with gr.Column(scale=1, min_width=300):
+                    c["caption"] = gr.Markdown("Run a request to see where the drafter looks.", label="Caption",
+                                               elem_id="fv-caption")
+                    c["tree"] = gr.HTML("", label="Draft tree", elem_id="fv-tree")
+        with gr.Tab("Focus shifts", id="shifts"):
+            c["focus_plot"] = gr.Plot(plots.focus_shift_figure([]), label="Focus shifts", elem_id="fv-focus-plot")
+            c["filmstrip"] = gr.Gallery(label="Focus along the trajectory", columns=6, height="auto",
+                                        format="png", elem_id="fv-filmstrip")
+        with gr.Tab("Analysis", id="analysis"):
+            with gr.Row():
+                c["accept_plot"] = gr.Plot(plots.accept_length_figure([]), label="Accepted length")
+                c["hist_plot"] = gr.Plot(plots.accept_histogram_figure([]), label="Histogram")
+            c["timing_plot"] = gr.Plot(plots.timing_figure([]), label="Timing")
+            with gr.Row():
+                c["variant"] = gr.Dropdown(list(COMPARE_VARIANTS), value=COMPARE_VARIANTS[0], scale=3,
+                                           label="Re-run the same request with retrieval variant")
+                c["compare"] = gr.Button("Compare", scale=1)
+            with gr.Row():
+                c["compare_html"] = gr.HTML(render.comparison_html([]), label="Comparison table")
+                c["compare_plot"] = gr.Plot(plots.comparison_figure([]), label="Comparison")
+            c["summary"] = gr.JSON(label="Figures of the last request (also the API output)", open=False)
+    c["timer"] = gr.Timer(0.8, active=False)
+    return c
+
+
+def _wire(demo: gr.Blocks, cb: Callbacks, i: dict, c: dict, limit: int) -> None:
+    run_inputs = [i["image"], i["question"], *i["settings"], c["session"]]
+    run_outputs = [c[name] for name in RUN_OUTPUTS]
+    # preprocess=False: the image arrives as its upload payload, so unreadable files reach the
+    # pipeline's validation (and its message) instead of failing inside gr.Image.preprocess
+    run_args = dict(fn=cb.run, inputs=run_inputs, outputs=run_outputs, preprocess=False,
+                    concurrency_id="decode", concurrency_limit=limit)
+    i["run"].click(**run_args, api_name="run")
+    i["question"].submit(**run_args, api_name=False)
+    for family, button in i["randoms"].items():
+        button.click(functools.partial(cb.random_example, family), None, [i["image"], i["question"]],
+                     api_name=f"random_{family}")
+    focus_outputs = [c[name] for name in FOCUS_OUTPUTS]
+    c["scrubber"].change(cb.scrub, [c["scrubber"], c["session"]], focus_outputs, api_name="scrub",
+                         show_progress="hidden", concurrency_limit=8)
+    c["answer"].click(cb.click_token, [c["session"]], [c["scrubber"]], api_name=False, show_progress="hidden")
+    c["play"].click(cb.play, [c["scrubber"], c["session"]], [c["scrubber"], c["timer"]], api_name=False)
+    c["pause"].click(lambda: gr.Timer(active=False), None, c["timer"], api_name=False)
+    c["timer"].tick(cb.advance, [c["scrubber"], c["session"]], [c["scrubber"], c["timer"]], api_name=False,
+                    show_progress="hidden")
+    c["compare"].click(cb.compare, [c["variant"], c["session"]], [c["compare_html"], c["compare_plot"],
+                                                                   c["session"]],
+                       api_name="compare", concurrency_id="decode", concurrency_limit=limit)

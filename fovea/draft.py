@@ -1,0 +1,137 @@
+"""Dynamic draft-tree construction (EAGLE-2 style) with the FOVEA drafter.
+
+Level by level: the `top_k` best frontier nodes (by cumulative draft log-prob) are run through
+the drafter in one batched step, each proposes its `top_k` best children; after `depth` levels
+all proposed nodes are globally reranked and the best `total_tokens` (closed under ancestors)
+form the tree the target verifies. Tree entries of the drafter's KV cache are discarded after
+the round. Knows nothing about acceptance.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from fovea.config import FoveaConfig
+from fovea.drafter import Drafter
+from fovea.memory import VisualMemory
+from fovea.trace import NodeRetrieval
+
+
+@dataclass
+class DraftState:
+    """The drafter's committed KV cache: one entry per (feature, next token) pair, `length` long."""
+    past: list                      # per layer (keys, values) [1, H_kv, length, Dh]
+    length: int
+    root_h: torch.Tensor            # [D] draft state of the current root (predicts depth-1 tokens)
+
+
+@dataclass
+class DraftTree:
+    tokens: list[int]               # [N+1], node 0 = root
+    parents: list[int]
+    depths: list[int]
+    scores: list[float]
+    retrieval: dict[int, NodeRetrieval] = field(default_factory=dict)
+
+
+def extend(drafter: Drafter, state: DraftState | None, tokens: torch.Tensor, features: torch.Tensor) -> DraftState:
+    """Append committed pairs: features [T, D] of target positions p..p+T-1 with the tokens [T] that
+    follow them. The last output is the new root's draft state."""
+    start = 0 if state is None else state.length
+    t = tokens.shape[0]
+    positions = torch.arange(start, start + t)[None]
+    mask = torch.ones(t, start + t, dtype=torch.bool)
+    mask[:, start:] = torch.tril(mask[:, start:])
+    h, new_kv = drafter.step(tokens[None], features[None], positions, mask[None, None],
+                             None if state is None else state.past)
+    past = new_kv if state is None else [(torch.cat([pk, k], 2), torch.cat([pv, v], 2))
+                                         for (pk, pv), (k, v) in zip(state.past, new_kv)]
+    return DraftState(past=past, length=start + t, root_h=h[0, -1])
+
+
+def _record(got, gate, rows: list[int], out: dict) -> None:
+    if got is None:
+        return
+    for j, node in enumerate(rows):
+        k = int(got.k[j])
+        out[node] = NodeRetrieval(indices=got.indices[j, :k].tolist(), weights=got.weights[j, :k].tolist(),
+                                  k=k, gate=float(gate[j]))
+
+
+@torch.no_grad()
+def draft_tree(drafter: Drafter, state: DraftState, root_token: int, memory: VisualMemory | None,
+               cfg: FoveaConfig, trace: bool = True, generator: torch.Generator | None = None) -> DraftTree:
+    k_top = 1 if cfg.tree.chain else cfg.tree.top_k
+    # all proposed nodes: token, parent, depth, score (node 0 = root)
+    tok, par, dep, sco = [root_token], [-1], [0], [0.0]
+    retrieval: dict[int, NodeRetrieval] = {}
+    hs = {0: state.root_h}          # draft state of every node run through the drafter
+    tree_kv: list = []              # per level, per layer (k, v) of the expanded nodes
+    kv_nodes: list[int] = []        # node index of each tree-KV slot, in order
+    frontier = [0]
+    for level in range(1, cfg.tree.depth + 1):
+        h = torch.stack([hs[n] for n in frontier])                       # [F, D]
+        depth = torch.tensor([dep[n] for n in frontier])
+        logits, got, gate = drafter.head(h, depth, memory, cfg.correction, cfg.retrieval, generator)
+        if trace:
+            _record(got, gate, frontier, retrieval)
+        logp = torch.log_softmax(logits, -1)
+        top_lp, top_tok = logp.topk(k_top, dim=-1)                        # [F, k]
+        cand = []
+        for fi, node in enumerate(frontier):
+            for j in range(k_top):
+                tok.append(int(top_tok[fi, j]))
+                par.append(node)
+                dep.append(level)
+                sco.append(sco[node] + float(top_lp[fi, j]))
+                cand.append(len(tok) - 1)
+        if level == cfg.tree.depth:
+            break
+        frontier = sorted(cand, key=lambda n: -sco[n])[:k_top]
+        _expand(drafter, state, frontier, tok, par, dep, hs, tree_kv, kv_nodes)
+    return _select(tok, par, dep, sco, retrieval, cfg.tree.total_tokens)
+
+
+def _expand(drafter, state, frontier, tok, par, dep, hs, tree_kv, kv_nodes) -> None:
+    """Run the frontier nodes (inputs: own token, parent's draft state) in one drafter step."""
+    f = len(frontier)
+    tokens = torch.tensor([tok[n] for n in frontier])[None]
+    feats = torch.stack([hs[par[n]] for n in frontier])[None]
+    positions = torch.tensor([state.length - 1 + dep[n] for n in frontier])[None]
+    # mask over [committed | earlier tree slots | these nodes]: ancestors and self only
+    t_prev = len(kv_nodes)
+    mask = torch.zeros(f, state.length + t_prev + f, dtype=torch.bool)
+    mask[:, : state.length] = True
+    for i, n in enumerate(frontier):
+        anc, a = set(), par[n]
+        while a > 0:
+            anc.add(a)
+            a = par[a]
+        for s, slot_node in enumerate(kv_nodes):
+            mask[i, state.length + s] = slot_node in anc
+        mask[i, state.length + t_prev + i] = True
+    past = state.past if not tree_kv else [
+        (torch.cat([pk] + [lv[li][0] for lv in tree_kv], 2), torch.cat([pv] + [lv[li][1] for lv in tree_kv], 2))
+        for li, (pk, pv) in enumerate(state.past)]
+    h, new_kv = drafter.step(tokens, feats, positions, mask[None, None], past)
+    tree_kv.append(new_kv)
+    kv_nodes.extend(frontier)
+    for i, n in enumerate(frontier):
+        hs[n] = h[0, i]
+
+
+def _select(tok, par, dep, sco, retrieval, budget: int) -> DraftTree:
+    """Keep the `budget` best-scoring nodes plus their ancestors; renumber with parents first."""
+    ranked = sorted(range(1, len(tok)), key=lambda n: (-sco[n], n))[:budget]
+    keep = set(ranked)
+    for n in ranked:
+        a = par[n]
+        while a > 0 and a not in keep:
+            keep.add(a)
+            a = par[a]
+    order = [0] + sorted(keep, key=lambda n: (dep[n], -sco[n], n))
+    new_id = {old: i for i, old in enumerate(order)}
+    return DraftTree(tokens=[tok[n] for n in order], parents=[-1] + [new_id[par[n]] for n in order[1:]],
+                     depths=[dep[n] for n in order], scores=[sco[n] for n in order],
+                     retrieval={new_id[n]: r for n, r in retrieval.items() if n in new_id})

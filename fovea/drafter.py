@@ -1,0 +1,121 @@
+"""The FOVEA drafter: an EAGLE-style feature-level draft model plus the visual-memory corrector.
+
+One (or two) decoder blocks read `fc([embed(next token); feature])`, where the feature is the
+target's last hidden state (committed tokens) or the drafter's own state (tree nodes). Before the
+target's LM head, a draft state of depth <= `correction.max_depth` retrieves from the visual
+memory and adds a gated residual correction. The embedding and LM head are the target's, bound
+at run time and never saved with the drafter. Knows nothing about tree shapes or acceptance.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from fovea.config import CorrectionConfig, DrafterConfig, RetrievalConfig, from_dict
+from fovea.correction import GatedCorrection
+from fovea.layers import DecoderBlock, RMSNorm
+from fovea.memory import MemoryEncoder, VisualMemory
+from fovea.retrieval import Retrieved, Retriever
+
+KVList = list  # per layer (keys, values), each [B, H_kv, S, Dh]
+
+
+class Drafter(nn.Module):
+    def __init__(self, cfg: DrafterConfig, correction: CorrectionConfig = CorrectionConfig(), key_dim: int = 128):
+        super().__init__()
+        self.cfg, self.correction_cfg, self.key_dim = cfg, correction, key_dim
+        d = cfg.hidden_size
+        self.fc = nn.Linear(2 * d, d, bias=True)
+        self.blocks = nn.ModuleList(
+            DecoderBlock(d, cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size, cfg.rope_theta, cfg.rms_eps)
+            for _ in range(cfg.num_layers))
+        self.memory_encoder = MemoryEncoder(cfg.memory_dim, d, key_dim)
+        self.retriever = Retriever(d, key_dim, correction.max_tree_depth)
+        self.corrector = GatedCorrection(d, correction.hidden)
+        self.norm = RMSNorm(d, cfg.rms_eps)
+        self.embed_weight: torch.Tensor | None = None     # bound from the target, not a parameter
+        self.lm_head_weight: torch.Tensor | None = None
+
+    # ---- binding and persistence -------------------------------------------------------------
+    def bind(self, target) -> "Drafter":
+        """Share the target's token embedding and LM head (frozen, float32 views)."""
+        if target.hidden_size != self.cfg.hidden_size or target.vocab_size != self.cfg.vocab_size:
+            raise ValueError(f"drafter (hidden {self.cfg.hidden_size}, vocab {self.cfg.vocab_size}) does not "
+                             f"match the target (hidden {target.hidden_size}, vocab {target.vocab_size})")
+        self.embed_weight = target.embed_weight.detach().float()
+        self.lm_head_weight = target.lm_head_weight.detach().float()
+        return self
+
+    def save_pretrained(self, folder, dtype: torch.dtype = torch.float16) -> None:
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.detach().to(dtype).contiguous() for k, v in self.state_dict().items()},
+                  str(folder / "model.safetensors"))
+        meta = {"drafter": asdict(self.cfg), "correction": asdict(self.correction_cfg), "key_dim": self.key_dim}
+        (folder / "config.json").write_text(json.dumps(meta, indent=2))
+
+    @classmethod
+    def from_pretrained(cls, folder) -> "Drafter":
+        from safetensors.torch import load_file
+
+        folder = Path(folder)
+        if not (folder / "config.json").exists() or not (folder / "model.safetensors").exists():
+            raise FileNotFoundError(f"{folder} is not a drafter folder (needs config.json and model.safetensors)")
+        meta = json.loads((folder / "config.json").read_text())
+        model = cls(from_dict(DrafterConfig, meta["drafter"]), from_dict(CorrectionConfig, meta["correction"]),
+                    meta.get("key_dim", 128))
+        state = {k: v.float() for k, v in load_file(str(folder / "model.safetensors")).items()}
+        model.load_state_dict(state)
+        return model.eval()
+
+    # ---- the two calls the decode loop makes ------------------------------------------------
+    def step(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
+             mask: torch.Tensor, past: KVList | None) -> tuple[torch.Tensor, KVList]:
+        """tokens [B, T] (the NEXT token of each pair), features [B, T, D], positions [B, T],
+        mask [B|1, 1, T, S+T] bool over [past; new] -> (draft states h [B, T, D], new kv per layer)."""
+        x = self.fc(torch.cat([nn.functional.embedding(tokens, self.embed_weight), features], dim=-1))
+        new_kv = []
+        for i, block in enumerate(self.blocks):
+            x, kv = block(x, positions, mask, None if past is None else past[i])
+            new_kv.append(kv)
+        return x, new_kv
+
+    def encode_memory(self, visual_tokens: torch.Tensor, grid=None) -> VisualMemory:
+        return self.memory_encoder(visual_tokens.float(), grid=grid)
+
+    def head(self, h: torch.Tensor, depth: torch.Tensor, memory: VisualMemory | None,
+             correction: CorrectionConfig, retrieval: RetrievalConfig,
+             generator: torch.Generator | None = None) -> tuple[torch.Tensor, Retrieved | None, torch.Tensor | None]:
+        """h [S, D] draft states at tree depths [S] -> (logits [S, V], retrieval, gate [S]).
+
+        States deeper than `correction.max_depth` (or all, when disabled / no memory) go straight
+        to RMSNorm + LM head; the others get h + g * f([h; r]) first. h itself is never modified.
+        """
+        use = correction.enabled and memory is not None and correction.max_depth >= 0
+        sel = (depth <= correction.max_depth) if use else torch.zeros_like(depth, dtype=torch.bool)
+        pre = h
+        got, gate = None, None
+        if bool(sel.any()):
+            got = self.retriever(h[sel], depth[sel], memory, retrieval, generator)
+            corrected, gate = self.corrector(h[sel], got.readout, correction.use_gate)
+            pre = h.clone()
+            pre[sel] = corrected
+        return self.norm(pre) @ self.lm_head_weight.T, got, gate
+
+
+def drafter_config_for(target, num_layers: int = 1) -> DrafterConfig:
+    """Drafter shape taken from a target: hidden size, heads / GQA, vocabulary, memory width."""
+    text = target.model.config.get_text_config()
+    heads = text.num_attention_heads
+    return DrafterConfig(hidden_size=text.hidden_size, num_heads=heads,
+                         num_kv_heads=getattr(text, "num_key_value_heads", heads) or heads,
+                         intermediate_size=text.intermediate_size, num_layers=num_layers,
+                         vocab_size=target.vocab_size, memory_dim=text.hidden_size,
+                         rope_theta=float(getattr(text, "rope_theta", None) or 10000.0),
+                         rms_eps=float(getattr(text, "rms_norm_eps", 1e-6)))

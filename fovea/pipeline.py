@@ -1,0 +1,163 @@
+"""`FoveaPipeline`: one object that validates user input, holds a target + drafter(s), and runs
+FOVEA or autoregressive decoding as a stream of trace records.
+
+This is the entry point the app, the CLI and the benchmarks share. It never imports gradio;
+bad input raises `InputError`, whose message is a sentence telling the user what to do.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from PIL import Image, ImageFile, UnidentifiedImageError
+
+from fovea.config import FoveaConfig
+from fovea.decoding import generate
+from fovea.drafter import Drafter, drafter_config_for
+from fovea.models import bundled
+from fovea.trace import GenerationResult
+
+MAX_IMAGE_PIXELS = 40_000_000        # ~6300 x 6300; larger uploads are refused before decoding
+MIN_IMAGE_SIDE = 8
+MAX_QUESTION_CHARS = 500
+MAX_NEW_TOKENS_CAP = 256
+
+
+class InputError(ValueError):
+    """User input that cannot be decoded; the message says what to do instead."""
+
+
+def open_image(image) -> Image.Image:
+    """A path, bytes-like file or PIL image -> RGB PIL image (first frame of animations)."""
+    if image is None:
+        raise InputError("Please upload an image (PNG, JPEG, GIF, BMP or WebP) or pick an example.")
+    if isinstance(image, (str, os.PathLike)):
+        if not Path(image).is_file():
+            raise InputError(f"Could not find the image file {Path(image).name!r}; please upload it again.")
+        try:
+            with Image.open(image) as im:
+                return _to_rgb(im)
+        except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as err:
+            raise InputError(_unreadable(err)) from err
+    if isinstance(image, Image.Image):
+        return _to_rgb(image)
+    if hasattr(image, "shape"):                # numpy array from a UI component
+        try:
+            return _to_rgb(Image.fromarray(image))
+        except (TypeError, ValueError) as err:
+            raise InputError("That array is not an image; please upload a PNG or JPEG file.") from err
+    raise InputError("Unsupported image input; please upload a PNG or JPEG file.")
+
+
+def _unreadable(err: Exception) -> str:
+    if isinstance(err, Image.DecompressionBombError):
+        return "That image is too large to process; please upload one under 6000 x 6000 pixels."
+    return "That file could not be read as an image (it may be truncated or not an image); please upload a PNG or JPEG."
+
+
+def _to_rgb(im: Image.Image) -> Image.Image:
+    w, h = im.size
+    if w * h > MAX_IMAGE_PIXELS:
+        raise InputError(f"That image is {w} x {h} pixels, too large to process; "
+                         "please upload one under 6000 x 6000 pixels.")
+    if min(w, h) < MIN_IMAGE_SIDE:
+        raise InputError(f"That image is only {w} x {h} pixels; please upload one at least "
+                         f"{MIN_IMAGE_SIDE} x {MIN_IMAGE_SIDE} pixels.")
+    try:
+        im.seek(0)                              # animated GIF / APNG: first frame
+        if im.mode in ("I;16", "I;16B", "I;16L", "I"):
+            im = im.point(lambda v: v / 256).convert("L")   # 16-bit grayscale -> 8-bit
+        if im.mode in ("RGBA", "LA", "PA") or (im.mode == "P" and "transparency" in im.info):
+            rgba = im.convert("RGBA")
+            flat = Image.new("RGB", rgba.size, (255, 255, 255))
+            flat.paste(rgba, mask=rgba.getchannel("A"))
+            return flat
+        return im.convert("RGB")
+    except (OSError, ValueError, SyntaxError) as err:
+        raise InputError(_unreadable(err)) from err
+
+
+class FoveaPipeline:
+    def __init__(self, target, drafters: dict[str, Drafter]):
+        self.target = target
+        self.drafters = {name: d.bind(target) for name, d in drafters.items()}
+        self.memory_grid = getattr(target, "memory_grid", None)
+        self.image_size = getattr(target, "image_size", None)
+        self.max_question_chars = MAX_QUESTION_CHARS
+        self.max_new_tokens_cap = MAX_NEW_TOKENS_CAP
+
+    # ---- construction ------------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, target=None, drafter=None, baseline_drafter=None) -> "FoveaPipeline":
+        """Folders of a bundled-format target and drafter(s); None = the committed assets.
+        `baseline_drafter` (default assets/drafter_nocorr, if present) is the no-correction drafter."""
+        target_dir = Path(target or os.environ.get("FOVEA_TARGET") or bundled.DEFAULT_TARGET_DIR)
+        drafter_dir = Path(drafter or os.environ.get("FOVEA_DRAFTER") or bundled.DEFAULT_DRAFTER_DIR)
+        tgt = bundled.load_target(target_dir)
+        drafters = {"fovea": Drafter.from_pretrained(drafter_dir)}
+        base_dir = Path(baseline_drafter) if baseline_drafter else bundled.ASSETS / "drafter_nocorr"
+        if base_dir.exists():
+            drafters["no_correction"] = Drafter.from_pretrained(base_dir)
+        return cls(tgt, drafters)
+
+    @classmethod
+    def tiny_random(cls, seed: int = 0) -> "FoveaPipeline":
+        """A random-weight tiny bundled-architecture model and an untrained drafter (tests, no assets)."""
+        from fovea.data import iter_corpus_text
+
+        tok = bundled.train_tokenizer(iter_corpus_text(300), vocab_size=400)
+        model = bundled.build_model(bundled.BundledModelConfig.from_name("tiny"), tok, seed=seed)
+        target = bundled.BundledTarget(model, tok)
+        torch.manual_seed(seed)
+        return cls(target, {"fovea": Drafter(drafter_config_for(target)).eval()})
+
+    # ---- validation --------------------------------------------------------------------------
+    def validate_image(self, image) -> Image.Image:
+        return open_image(image)
+
+    def validate_question(self, question) -> str:
+        if question is None or not str(question).strip():
+            raise InputError("Please type a question about the image.")
+        question = " ".join(str(question).split())
+        if len(question) > self.max_question_chars:
+            raise InputError(f"That question is {len(question)} characters long; please keep it under "
+                             f"{self.max_question_chars} characters.")
+        return question
+
+    def validate_config(self, config: FoveaConfig) -> FoveaConfig:
+        n = config.decoding.max_new_tokens
+        if not 1 <= n <= self.max_new_tokens_cap:
+            raise InputError(f"Max new tokens must be between 1 and {self.max_new_tokens_cap}, got {n}.")
+        return config
+
+    # ---- decoding ----------------------------------------------------------------------------
+    def stream(self, image, question, config: FoveaConfig, method: str = "fovea",
+               drafter: str = "fovea") -> Iterator:
+        """Yield per-round trace records, then the GenerationResult."""
+        img, q, cfg = self.validate_image(image), self.validate_question(question), self.validate_config(config)
+        if drafter not in self.drafters:
+            raise InputError(f"No drafter named {drafter!r} is loaded; available: {sorted(self.drafters)}.")
+        prompt = self.target.prepare(img, q)
+        yield from generate(self.target, self.drafters[drafter], prompt, cfg, method)
+
+    def generate(self, image, question, config: FoveaConfig, method: str = "fovea",
+                 drafter: str = "fovea") -> GenerationResult:
+        *_, result = self.stream(image, question, config, method, drafter)
+        return result
+
+    def token_strings(self, ids: list[int]) -> list[str]:
+        """Display text of each token (byte-level pieces decoded one by one)."""
+        return [self.target.tokenizer.decode([i]) for i in ids]
+
+    def random_example(self, family: str, seed: int) -> tuple[Image.Image, str]:
+        from fovea.data import FAMILIES, make_sample
+
+        if family not in FAMILIES:
+            raise InputError(f"Unknown example family {family!r}; choose one of {', '.join(FAMILIES)}.")
+        s = make_sample(seed, family=family)
+        return s.image, s.question
+
+
+ImageFile.LOAD_TRUNCATED_IMAGES = False

@@ -1,0 +1,98 @@
+"""State-conditioned retrieval from the visual memory, and the paper's control modes.
+
+For a draft state h at tree depth d:
+    q = W_Q(LN(h) + E_dep[d])                 (state_only: no E_dep; query_agnostic: a learned q)
+    s_i = q . k_i / sqrt(d_r),  p = softmax(s) over valid keys
+    sort p descending;  K_raw = min{k : sum_{j<=k} p_(j) >= rho}
+    K = min(|V|, K_max, max(K_min, K_raw));  alpha = p_sel / sum(p_sel);  r = sum alpha_i u_i
+Knows nothing about the correction that consumes r, nor about the draft tree.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from fovea.config import RetrievalConfig
+from fovea.memory import VisualMemory
+
+
+@dataclass
+class Retrieved:
+    readout: torch.Tensor   # [S, D]   r for each of S draft states
+    indices: torch.Tensor   # [S, K_max_sel] selected entries, sorted by weight; -1 pads rows with smaller K
+    weights: torch.Tensor   # [S, K_max_sel] alpha (0 on pads)
+    k: torch.Tensor         # [S] entries selected per state
+
+
+def cumulative_mass_k(probs_sorted: torch.Tensor, n_valid: torch.Tensor, rho: float,
+                      k_min: int, k_max: int) -> torch.Tensor:
+    """K per row from descending-sorted probabilities [S, N] (invalid entries sorted last with p = 0).
+
+    K_raw is the smallest k whose prefix mass reaches rho; then clamp to [K_min, K_max] and to the
+    number of valid entries. A small tolerance keeps rho = 1.0 from overshooting on round-off.
+    """
+    cum = probs_sorted.cumsum(-1)
+    k_raw = (cum < rho - 1e-6).sum(-1) + 1                       # first index reaching rho, 1-based
+    k = k_raw.clamp(min=k_min).clamp(max=k_max)
+    return torch.minimum(k, n_valid)
+
+
+class Retriever(nn.Module):
+    def __init__(self, hidden_size: int, key_dim: int, max_depth: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(hidden_size)
+        self.depth_embedding = nn.Embedding(max_depth + 1, hidden_size)
+        nn.init.zeros_(self.depth_embedding.weight)
+        self.w_q = nn.Linear(hidden_size, key_dim, bias=False)
+        self.agnostic_query = nn.Parameter(torch.zeros(key_dim))   # for the query-agnostic control
+        self.key_dim = key_dim
+
+    def scores(self, h: torch.Tensor, depth: torch.Tensor, memory: VisualMemory, mode: str) -> torch.Tensor:
+        """h [S, D], depth [S] -> masked scores [S, N] (-inf on invalid entries)."""
+        if mode == "query_agnostic":
+            q = self.agnostic_query.expand(h.shape[0], -1)
+        else:
+            x = self.norm(h)
+            if mode != "state_only":
+                x = x + self.depth_embedding(depth.clamp(max=self.depth_embedding.num_embeddings - 1))
+            q = self.w_q(x)                                           # [S, d_r]
+        s = q @ memory.keys.transpose(-1, -2) / math.sqrt(self.key_dim)  # [S, N]
+        return s.masked_fill(~memory.valid, float("-inf"))
+
+    def forward(self, h: torch.Tensor, depth: torch.Tensor, memory: VisualMemory, cfg: RetrievalConfig,
+                generator: torch.Generator | None = None) -> Retrieved:
+        s = self.scores(h, depth, memory, cfg.mode)
+        probs = torch.softmax(s, dim=-1)                              # [S, N]
+        n_valid = memory.valid.sum().expand(h.shape[0])
+        if cfg.mode == "random":
+            noise = torch.rand(s.shape, generator=generator).masked_fill(~memory.valid, -1.0)
+            order = noise.argsort(-1, descending=True)
+            probs = memory.valid.float().expand_as(s)                 # uniform over the sampled set
+        elif cfg.mode == "static":
+            order = static_order(memory).expand(h.shape[0], -1)
+            probs = memory.valid.float().expand_as(s)
+        else:
+            order = probs.argsort(-1, descending=True)
+        p_sorted = probs.gather(-1, order)
+        if cfg.mode == "dense":
+            k = n_valid.clone()
+        elif cfg.mode in ("fixed", "random", "static"):
+            k = torch.minimum(torch.full_like(n_valid, cfg.fixed_k), n_valid)
+        else:
+            k = cumulative_mass_k(p_sorted, n_valid, cfg.rho, cfg.k_min, cfg.k_max)
+        width = int(k.max())
+        keep = torch.arange(width)[None, :] < k[:, None]              # [S, width]
+        w = p_sorted[:, :width] * keep
+        w = w / w.sum(-1, keepdim=True).clamp_min(1e-12)              # renormalise over the selected set
+        idx = order[:, :width].masked_fill(~keep, -1)
+        readout = w.unsqueeze(-1).mul(memory.values[idx.clamp_min(0)]).sum(1)   # [S, D]
+        return Retrieved(readout=readout, indices=idx, weights=w, k=k)
+
+
+def static_order(memory: VisualMemory) -> torch.Tensor:
+    """One fixed ranking per image (by value norm), shared by every draft state: the static control."""
+    score = memory.values.norm(dim=-1).masked_fill(~memory.valid, float("-inf"))
+    return score.argsort(descending=True)[None, :]

@@ -1,0 +1,124 @@
+"""Train FOVEA drafters on target artifacts (hidden states, logits) computed on the fly.
+
+Per position i of a teacher-forced sequence the drafter reads (token i+1, target feature f_i) and
+must predict f_{i+1} and the target's distribution at i+1 (step 1, tree depth 0). A second,
+unrolled step reads (token i+2, its own state h_i) at depth 1 (EAGLE-3's training-time test),
+so the depth-1 draft states the tree uses at run time are trained too. Loss (paper recipe):
+    L = 1.0 L_hid + 0.2 L_KL + 1.0 L_tok
+    L_hid = SmoothL1(h + g c, f_next) + SmoothL1(h, f_next)    (corrected + pre-correction state)
+    L_KL  = KL(p_target || p_draft)
+    L_tok = 1.5 CE(draft, argmax target) + 0.5 softplus(0.5 - (z_y - z_6th competitor))
+The FOVEA drafter and the no-correction (EAGLE-style) baseline are trained in the same loop on
+the same batches and target artifacts, so the comparison is fair. The target is frozen.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from fovea.config import CorrectionConfig, RetrievalConfig
+from fovea.drafter import Drafter
+
+LOSS_WEIGHTS = {"hid": 1.0, "kl": 0.2, "tok": 1.0}
+
+
+@torch.no_grad()
+def target_artifacts(target, ids: torch.Tensor, att: torch.Tensor, pixels: torch.Tensor) -> dict:
+    """Teacher-forced target pass -> features [B, T, D], logits [B, T, V], visual tokens [B, N, D]."""
+    out = target.model.model(input_ids=ids, attention_mask=att, pixel_values=pixels)
+    feats = out.last_hidden_state.float()
+    vis = out.image_hidden_states
+    vis = torch.stack(list(vis)) if isinstance(vis, (list, tuple)) else vis
+    return {"feats": feats, "logits": target.model.lm_head(out.last_hidden_state).float(),
+            "visual": vis.reshape(ids.shape[0], -1, feats.shape[-1]).float()}
+
+
+def token_loss(logits: torch.Tensor, target_logits: torch.Tensor) -> torch.Tensor:
+    """1.5 CE(target argmax) + 0.5 softplus(0.5 - margin to the 6th competing logit); rows [M, V]."""
+    y = target_logits.argmax(-1)
+    ce = F.cross_entropy(logits, y)
+    z_y = logits.gather(-1, y[:, None]).squeeze(-1)
+    competitors = logits.scatter(-1, y[:, None], float("-inf"))
+    sixth = competitors.topk(6, dim=-1).values[:, -1]
+    return 1.5 * ce + 0.5 * F.softplus(0.5 - (z_y - sixth)).mean()
+
+
+def _head_losses(drafter, h, depth, memory_per_row, valid, nxt_feat, nxt_logits, ccfg, rcfg):
+    """Losses of draft states h [B, T, D] at `depth` against next features / logits, on `valid` [B, T]."""
+    rows_h, rows_pre, rows_logits = [], [], []
+    for b in range(h.shape[0]):
+        hb = h[b][valid[b]]                                           # [M_b, D]
+        if hb.shape[0] == 0:
+            continue
+        d = torch.full((hb.shape[0],), depth, dtype=torch.long)
+        logits, got, gate = drafter.head(hb, d, memory_per_row[b], ccfg, rcfg)
+        pre = hb
+        if got is not None:
+            pre, _ = drafter.corrector(hb, got.readout, ccfg.use_gate)
+        rows_h.append(hb)
+        rows_pre.append(pre)
+        rows_logits.append(logits)
+    h_all, pre_all, lg = torch.cat(rows_h), torch.cat(rows_pre), torch.cat(rows_logits)
+    f, tl = nxt_feat[valid], nxt_logits[valid]
+    hid = F.smooth_l1_loss(pre_all, f) + F.smooth_l1_loss(h_all, f)
+    kl = F.kl_div(F.log_softmax(lg, -1), F.log_softmax(tl, -1), log_target=True, reduction="batchmean")
+    tok = token_loss(lg, tl)
+    acc = (lg.argmax(-1) == tl.argmax(-1)).float().mean()
+    loss = LOSS_WEIGHTS["hid"] * hid + LOSS_WEIGHTS["kl"] * kl + LOSS_WEIGHTS["tok"] * tok
+    return loss, {"hid": hid.item(), "kl": kl.item(), "tok": tok.item(), "acc": acc.item()}
+
+
+def drafter_loss(drafter: Drafter, art: dict, ids: torch.Tensor, loss_mask: torch.Tensor,
+                 att: torch.Tensor, ccfg: CorrectionConfig, rcfg: RetrievalConfig = RetrievalConfig()):
+    """Two-step (depth 0 and 1) drafter loss on one batch. loss_mask [B, T]: target positions j
+    whose logits the drafter must match (the token at j+1 is an answer token)."""
+    feats, logits = art["feats"], art["logits"]
+    b, t, _ = feats.shape
+    memory = [drafter.encode_memory(art["visual"][i]) for i in range(b)] if ccfg.enabled else [None] * b
+    pos = torch.arange(t - 1)[None].expand(b, -1)
+    causal = torch.tril(torch.ones(t - 1, t - 1, dtype=torch.bool))
+    pad = att[:, 1:].bool()
+    mask1 = (causal[None] & pad[:, None, :])[:, None]                  # [B, 1, T-1, T-1]
+    # step 1: pair i = (token i+1, f_i) -> predicts f_{i+1}, logits_{i+1}
+    h1, kv1 = drafter.step(ids[:, 1:], feats[:, :-1], pos, mask1, None)
+    v1 = loss_mask[:, 1:] & pad
+    loss1, m1 = _head_losses(drafter, h1, 0, memory, v1, feats[:, 1:], logits[:, 1:], ccfg, rcfg)
+    # step 2 (depth 1): pair (token i+2, h1_i) at position i+1 attends pairs 0..i of step 1 and itself
+    t2 = t - 2
+    mask2 = torch.zeros(b, 1, t2, t - 1 + t2, dtype=torch.bool)
+    mask2[:, 0, :, : t - 1] = mask1[:, 0, :t2, :]
+    mask2[:, 0, :, t - 1:] = torch.eye(t2, dtype=torch.bool)
+    h2, _ = drafter.step(ids[:, 2:], h1[:, :t2], pos[:, :t2] + 1, mask2, kv1)
+    v2 = loss_mask[:, 2:] & att[:, 2:].bool()
+    loss2, m2 = _head_losses(drafter, h2, 1, memory, v2, feats[:, 2:], logits[:, 2:], ccfg, rcfg)
+    return loss1 + loss2, {**{k + "1": v for k, v in m1.items()}, **{k + "2": v for k, v in m2.items()}}
+
+
+def answer_loss_mask(labels: torch.Tensor) -> torch.Tensor:
+    """labels [B, T] (-100 outside the answer) -> [B, T] True where logits at j predict an answer token."""
+    m = torch.zeros_like(labels, dtype=torch.bool)
+    m[:, :-1] = labels[:, 1:] != -100
+    return m
+
+
+def train_steps(target, drafters: dict, batches, ccfgs: dict, opt, steps: int, on_step=None) -> list[dict]:
+    """Run `steps` optimisation steps of every drafter in `drafters` on shared target artifacts.
+    batches yields (ids, att, labels, pixels); returns the per-step metrics."""
+    history = []
+    for step in range(steps):
+        ids, att, labels, pixels = next(batches)
+        art = target_artifacts(target, ids, att, pixels)
+        lmask = answer_loss_mask(labels)
+        total, metrics = 0.0, {}
+        for name, drafter in drafters.items():
+            loss, m = drafter_loss(drafter, art, ids, lmask, att, ccfgs[name])
+            total = total + loss
+            metrics.update({f"{name}/{k}": v for k, v in m.items()} | {f"{name}/loss": loss.item()})
+        opt.zero_grad(set_to_none=True)
+        total.backward()
+        torch.nn.utils.clip_grad_norm_([p for d in drafters.values() for p in d.parameters()], 1.0)
+        opt.step()
+        history.append(metrics)
+        if on_step is not None:
+            on_step(step, metrics)
+    return history

@@ -1,0 +1,115 @@
+"""The invariant: greedy FOVEA output == greedy autoregressive output, token for token, in
+float32, with an untrained and a trained drafter, including EOS and max_new_tokens falling
+inside an accepted path."""
+import copy
+import itertools
+
+import pytest
+import torch
+
+from fovea.config import CorrectionConfig, FoveaConfig
+from fovea.decoding import run
+from fovea.pipeline import FoveaPipeline
+from fovea.training.drafter import train_steps
+
+N_PROMPTS = 50
+CFG = FoveaConfig().replace(decoding=dict(max_new_tokens=24, trace=True), tree=dict(depth=4, top_k=3, total_tokens=10))
+
+
+def prompts(pipe, n, offset=0):
+    fams = itertools.cycle(["scene", "ocr", "chart"])
+    return [pipe.target.prepare(*pipe.random_example(next(fams), 10_000 + offset + i)) for i in range(n)]
+
+
+def self_distillation_batches(pipe, n_prompts=48, new_tokens=32, batch=8):
+    """Batches of (prompt + the target's own greedy continuation); labels mark the continuation."""
+    cfg = CFG.replace(decoding=dict(max_new_tokens=new_tokens, trace=False))
+    rows = []
+    for p in prompts(pipe, n_prompts, offset=50_000):
+        out = run(pipe.target, None, p, cfg, "autoregressive").tokens
+        rows.append((p, out))
+    pad = pipe.target.tokenizer.pad_token_id
+    for i in itertools.cycle(range(0, n_prompts, batch)):
+        chunk = rows[i:i + batch]
+        width = max(p.input_ids.shape[1] + len(o) for p, o in chunk)
+        ids = torch.full((len(chunk), width), pad)
+        lab = torch.full((len(chunk), width), -100)
+        att = torch.zeros((len(chunk), width), dtype=torch.long)
+        for r, (p, o) in enumerate(chunk):
+            seq = torch.cat([p.input_ids[0], torch.tensor(o)])
+            ids[r, : len(seq)], att[r, : len(seq)] = seq, 1
+            lab[r, p.input_ids.shape[1]: len(seq)] = torch.tensor(o)
+        yield ids, att, lab, torch.cat([p.model_inputs["pixel_values"] for p, _ in chunk])
+
+
+@pytest.fixture(scope="module")
+def trained_pipeline():
+    pipe = FoveaPipeline.tiny_random(seed=1)
+    drafter = pipe.drafters["fovea"].train()
+    opt = torch.optim.AdamW(drafter.parameters(), lr=3e-3)
+    train_steps(pipe.target, {"fovea": drafter}, self_distillation_batches(pipe),
+                {"fovea": CorrectionConfig()}, opt, steps=120)
+    drafter.eval()
+    return pipe
+
+
+def assert_lossless(pipe, cases, cfg=CFG):
+    taus = []
+    for p in cases:
+        ar = run(pipe.target, None, p, cfg, "autoregressive")
+        sd = run(pipe.target, pipe.drafters["fovea"], p, cfg, "fovea")
+        assert sd.tokens == ar.tokens, "speculative output differs from autoregressive output"
+        taus.append(sd.mean_accept_length)
+    return sum(taus) / len(taus)
+
+
+def test_greedy_fovea_equals_autoregressive_untrained_drafter(tiny_pipeline):
+    assert_lossless(tiny_pipeline, prompts(tiny_pipeline, N_PROMPTS))
+
+
+def test_greedy_fovea_equals_autoregressive_trained_drafter(trained_pipeline):
+    tau = assert_lossless(trained_pipeline, prompts(trained_pipeline, N_PROMPTS))
+    assert tau > 1.5, f"the trained drafter should accept draft tokens (tau {tau:.2f})"
+
+
+@pytest.mark.parametrize("mode", ["dense", "random", "static", "fixed", "query_agnostic", "state_only"])
+def test_every_retrieval_mode_and_chain_is_lossless(trained_pipeline, mode):
+    cfg = CFG.replace(retrieval=dict(mode=mode), tree=dict(chain=mode == "fixed"))
+    assert_lossless(trained_pipeline, prompts(trained_pipeline, 4, offset=200), cfg)
+
+
+def mid_path_positions(result):
+    """Output positions whose token is emitted inside an accepted path (not the round's last)."""
+    pos, out = [], 1                            # token 0 comes from the prefill
+    for rec in result.iterations:
+        pos.extend(range(out, out + len(rec.emitted) - 1))
+        out += len(rec.emitted)
+    return pos
+
+
+def test_eos_and_max_new_tokens_inside_an_accepted_path(trained_pipeline):
+    pipe = trained_pipeline
+    cfg = CFG.replace(decoding=dict(max_new_tokens=40))
+    checked_eos = checked_len = 0
+    for p in prompts(pipe, 20, offset=300):
+        base = run(pipe.target, pipe.drafters["fovea"], p, cfg, "fovea")
+        inside = mid_path_positions(base)
+        if not inside:
+            continue
+        k = inside[len(inside) // 2]
+        # max_new_tokens ends inside the path
+        short = cfg.replace(decoding=dict(max_new_tokens=k + 1))
+        sd = run(pipe.target, pipe.drafters["fovea"], p, short, "fovea")
+        assert sd.tokens == run(pipe.target, None, p, short, "autoregressive").tokens == base.tokens[:k + 1]
+        checked_len += 1
+        # EOS (a token first seen at position k) ends inside the path
+        first = [j for j in inside if base.tokens.index(base.tokens[j]) == j]
+        if first:
+            target = copy.copy(pipe.target)
+            target.eos_token_ids = {base.tokens[first[0]]}
+            sd = run(target, pipe.drafters["fovea"], p, cfg, "fovea")
+            ar = run(target, None, p, cfg, "autoregressive")
+            assert sd.tokens == ar.tokens == base.tokens[:first[0] + 1]
+            assert sd.finish_reason == "eos"
+            checked_eos += 1
+    assert checked_len >= 5 and checked_eos >= 3, (checked_len, checked_eos)
