@@ -19,12 +19,13 @@ import gradio as gr
 from PIL import Image
 
 from app import plots, render
+from app.streaming import BackgroundStream
 from app.focus import FocusStep, focus_trajectory, heatmap_overlay, step_caption, step_for_token
 from app.settings import SettingsError, config_from_settings, variant_config
 from fovea.config import FoveaConfig
 from fovea.data import EVAL_SEED_START
 from fovea.pipeline import InputError
-from fovea.trace import GenerationResult, IterationTrace
+from fovea.trace import GenerationResult, IterationTrace, StepTrace
 
 log = logging.getLogger("fovea.app")
 STREAM_EVERY_S = 0.08      # at most ~12 UI updates per second while streaming
@@ -104,28 +105,33 @@ class Callbacks:
             q = p.validate_question(question)
             cfg = config_from_settings(settings, self.cap)
         with user_errors("decoding"):
-            records, strings = [], []
-            fovea = yield from self._stream_fovea(img, q, cfg, records, strings)
-            base_stats = render.stats_from_result(fovea)
-            baseline = yield from self._stream_baseline(img, q, cfg, base_stats)
-            session = Session(img, q, cfg, fovea, baseline, strings, focus_trajectory(fovea.iterations),
-                              image_sha(img))
+            fovea = yield from self._stream_fovea(img, q, cfg)
+            fovea_stats = render.stats_from_result(fovea)
+            baseline = yield from self._stream_baseline(img, q, cfg, fovea_stats, fovea.tokens[:1])
+            session = Session(img, q, cfg, fovea, baseline, self._strings(fovea.tokens),
+                              focus_trajectory(fovea.iterations), image_sha(img))
             yield self._final_outputs(session)
 
-    def _stream_fovea(self, img, q, cfg, records: list, strings: list):
+    def _stream_fovea(self, img, q, cfg):
+        """Yield live updates while FOVEA decodes; return its GenerationResult."""
+        records, strings, result = [], [], None
         last, t0 = 0.0, time.perf_counter()
-        for rec in self.pipeline.stream(img, q, cfg, method="fovea"):
-            if isinstance(rec, GenerationResult):
-                return rec
-            records.append(rec)
-            strings += self._strings(rec.emitted)
-            if time.perf_counter() - last >= STREAM_EVERY_S:
+        for batch in BackgroundStream(self.pipeline.stream(img, q, cfg, method="fovea")).batches():
+            for rec in batch:
+                if isinstance(rec, GenerationResult):
+                    result = rec
+                elif isinstance(rec, IterationTrace):
+                    strings += self._strings(render.answer_ids([rec]) if not records else rec.emitted)
+                    records.append(rec)
+            if result is None and records and time.perf_counter() - last >= STREAM_EVERY_S:
                 last = time.perf_counter()
                 stats = render.stats_from_records("fovea", records, last - t0)
                 yield _pack(RUN_OUTPUTS, answer=render.answer_html(records, strings),
                             metrics=render.metrics_html(stats, None),
                             summary=render.summary(stats, None), **self._live_focus(img, records))
-        raise RuntimeError("the decoder stream ended without a result")
+        if result is None:
+            raise RuntimeError("the decoder stream ended without a result")
+        return result
 
     def _live_focus(self, img, records: list) -> dict:
         """Heatmap + tree of the newest round while streaming."""
@@ -138,24 +144,33 @@ class Callbacks:
                 "caption": step_caption(steps[-1], it, strings, 0, 1, self.pipeline.memory_grid),
                 "tree": render.tree_html(it, strings, self._strings([it.bonus_token])[0])}
 
-    def _stream_baseline(self, img, q, cfg, fovea_stats: render.RunStats):
-        last, t0, records, strings = 0.0, time.perf_counter(), [], []
-        for rec in self.pipeline.stream(img, q, cfg, method="autoregressive"):
-            if isinstance(rec, GenerationResult):
-                return rec
-            records.append(rec)
-            strings += self._strings([rec.token])
-            if time.perf_counter() - last >= STREAM_EVERY_S:
+    def _stream_baseline(self, img, q, cfg, fovea_stats: render.RunStats, first: list[int]):
+        """Yield live updates while the autoregressive baseline decodes; return its result.
+        `first` is the prefill token (the same target and prompt give FOVEA's first token); it
+        only prefixes the live preview, the final answer comes from the result."""
+        records, result = [], None
+        last, t0 = 0.0, time.perf_counter()
+        for batch in BackgroundStream(self.pipeline.stream(img, q, cfg, method="autoregressive")).batches():
+            for rec in batch:
+                if isinstance(rec, GenerationResult):
+                    result = rec
+                elif isinstance(rec, StepTrace):
+                    records.append(rec)
+            if result is None and records and time.perf_counter() - last >= STREAM_EVERY_S:
                 last = time.perf_counter()
                 stats = render.stats_from_records("autoregressive", records, last - t0)
-                yield _pack(RUN_OUTPUTS, baseline=render.plain_answer_html(strings),
-                            metrics=render.metrics_html(fovea_stats, stats), summary=render.summary(fovea_stats, stats))
-        raise RuntimeError("the baseline stream ended without a result")
+                text = render.plain_answer_html(self._strings(first + [r.token for r in records]))
+                yield _pack(RUN_OUTPUTS, baseline=text, metrics=render.metrics_html(fovea_stats, stats),
+                            summary=render.summary(fovea_stats, stats))
+        if result is None:
+            raise RuntimeError("the baseline stream ended without a result")
+        return result
 
     def _final_outputs(self, s: Session) -> tuple:
         f, b = render.stats_from_result(s.fovea), render.stats_from_result(s.baseline)
         n = len(s.trajectory)
-        ar_ms = 1000 * s.baseline.wall_s / max(1, len(s.baseline.tokens))
+        steps = [r.forward_ms for r in s.baseline.iterations if isinstance(r, StepTrace)]
+        ar_ms = sum(steps) / len(steps) if steps else None
         return _pack(
             RUN_OUTPUTS, answer=render.answer_html(s.fovea.iterations, s.strings),
             baseline=render.plain_answer_html(self._strings(s.baseline.tokens)),
@@ -222,14 +237,16 @@ class Callbacks:
         return int(index) + 1, gr.skip()
 
     def _filmstrip(self, s: Session) -> list[tuple[Image.Image, str]]:
+        """Small heatmaps at up to FILMSTRIP_FRAMES evenly spaced focus steps."""
         n = len(s.trajectory)
-        picks = sorted({round(i * (n - 1) / max(1, FILMSTRIP_FRAMES - 1)) for i in range(min(n, FILMSTRIP_FRAMES))})
+        picks = range(n) if n <= FILMSTRIP_FRAMES else \
+            sorted({round(i * (n - 1) / (FILMSTRIP_FRAMES - 1)) for i in range(FILMSTRIP_FRAMES)})
         frames = []
         for i in picks:
             step = s.trajectory[i]
-            token = self._strings([s.fovea.iterations[step.iteration].tokens[step.node]])[0]
+            token = self._strings([s.fovea.iterations[step.iteration].tokens[step.node]])[0].strip() or "␣"
             frames.append((heatmap_overlay(s.image, step.retrieval, self.pipeline.memory_grid, side=160),
-                           f"step {i + 1}: after {token.strip() or '␣'!r}, K={step.retrieval.k}"))
+                           f"{i + 1}: {token[:10]} · K={step.retrieval.k}"))
         return frames
 
     # ---- Analysis: the same request under another retrieval variant ---------------------------

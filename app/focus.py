@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image
 
 from fovea.trace import IterationTrace, NodeRetrieval
 
@@ -107,32 +107,38 @@ def heatmap_overlay(image: Image.Image, retrieval: NodeRetrieval | None, grid: t
                     side: int = HEATMAP_SIDE) -> Image.Image:
     """The image as the model sees it (square resize) with the retrieval weights on top.
 
-    Selected patches are tinted by weight (normalised by the largest weight, square-root
-    scaled so small weights stay visible); unselected patches are dimmed, so the "fovea" reads
-    at a glance. `retrieval=None` returns the dimmed-free image with the patch grid only."""
+    Selected patches are tinted by weight relative to the largest one (colour and opacity);
+    unselected patches are dimmed, so the "fovea" reads at a glance. `retrieval=None` returns
+    the image with the patch grid only."""
     base = np.asarray(image.convert("RGB").resize((side, side), Image.BICUBIC), dtype=np.float32)
     rows, cols = grid
     if retrieval is not None and retrieval.indices:
         w = weight_grid(retrieval, grid)
-        level = np.sqrt(w / max(float(w.max()), 1e-12))                         # [rows, cols] in [0, 1]
-        level_px = np.asarray(Image.fromarray((level * 255).astype(np.uint8)).resize((side, side), Image.NEAREST),
-                              dtype=np.float32)[..., None] / 255.0                # [side, side, 1]
-        selected = level_px > 0
-        tint = colormap(level_px[..., 0]).astype(np.float32)
-        alpha = 0.25 + 0.5 * level_px
-        base = np.where(selected, base * (1 - alpha) + tint * alpha, base * 0.45)
-    out = Image.fromarray(base.clip(0, 255).astype(np.uint8))
-    _draw_grid(out, rows, cols)
-    return out
+        level = w / max(float(w.max()), 1e-12)                         # [rows, cols] in [0, 1]
+        # colour and opacity per patch, then nearest-upsampled: cheap at any display size
+        tint = _upsample(colormap(level).astype(np.float32), side)      # [side, side, 3]
+        alpha = _upsample(np.where(level > 0, 0.2 + 0.45 * level, 0.0)[..., None].astype(np.float32), side)
+        dim = _upsample(np.where(level > 0, 1.0, 0.4)[..., None].astype(np.float32), side)
+        base = base * dim * (1 - alpha) + tint * alpha
+    _draw_grid(base, rows, cols)
+    return Image.fromarray(base.clip(0, 255).astype(np.uint8))
 
 
-def _draw_grid(img: Image.Image, rows: int, cols: int) -> None:
-    draw = ImageDraw.Draw(img)
-    w, h = img.size
-    for r in range(1, rows):
-        draw.line([(0, r * h // rows), (w, r * h // rows)], fill=(255, 255, 255), width=1)
-    for c in range(1, cols):
-        draw.line([(c * w // cols, 0), (c * w // cols, h)], fill=(255, 255, 255), width=1)
+def _upsample(grid_values: np.ndarray, side: int) -> np.ndarray:
+    """[rows, cols, C] -> [side, side, C] by nearest neighbour (patch cells of equal size +-1 px)."""
+    rows, cols = grid_values.shape[:2]
+    ys = np.arange(side) * rows // side
+    xs = np.arange(side) * cols // side
+    return grid_values[ys][:, xs]
+
+
+def _draw_grid(px: np.ndarray, rows: int, cols: int, strength: float = 0.35) -> None:
+    """Lighten the patch borders in place (float [H, W, 3]), so patches read without hiding pixels."""
+    h, w = px.shape[:2]
+    ys = [r * h // rows for r in range(1, rows)]
+    xs = [c * w // cols for c in range(1, cols)]
+    px[ys, :] = px[ys, :] * (1 - strength) + 255 * strength
+    px[:, xs] = px[:, xs] * (1 - strength) + 255 * strength
 
 
 def step_caption(step: FocusStep, it: IterationTrace, strings: list[str], index: int, total: int,
@@ -140,7 +146,7 @@ def step_caption(step: FocusStep, it: IterationTrace, strings: list[str], index:
     """Markdown caption of one focus step. `strings[i]` is the display text of it.tokens[i]."""
     r = step.retrieval
     node = step.node
-    kind = "root (last committed token)" if node == 0 else f"accepted node at depth {it.depths[node]}"
+    kind = "the root, i.e. the last committed token" if node == 0 else f"accepted node at depth {it.depths[node]}"
     children = [c for c, p in enumerate(it.parents) if p == node]
     accepted = set(it.accepted)
     proposed = ", ".join(f"`{_tok(strings[c])}`{' ✓' if c in accepted else ''}" for c in children[:6]) or "none"

@@ -16,9 +16,13 @@ TEAL, AMBER, SLATE, ROSE = "#0d9488", "#f59e0b", "#475569", "#e11d48"
 
 
 def _style(fig: go.Figure, title: str, height: int = 280) -> go.Figure:
-    fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), template="plotly_white", height=height,
-                      margin=dict(l=48, r=24, t=44, b=40), legend=dict(orientation="h", y=1.02, x=1, xanchor="right",
-                                                                      yanchor="bottom"))
+    # template "none" + explicit colours: the named templates cost ~0.25 s per figure to apply
+    fig.update_layout(template="none", title=dict(text=title, x=0.01, font=dict(size=14)), height=height,
+                      paper_bgcolor="white", plot_bgcolor="white", font=dict(size=12, color="#1f2937"),
+                      margin=dict(l=56, r=56, t=48, b=44),
+                      legend=dict(orientation="h", y=1.02, x=1, xanchor="right", yanchor="bottom"))
+    fig.update_xaxes(gridcolor="#e5e7eb", linecolor="#9ca3af", zeroline=False)
+    fig.update_yaxes(gridcolor="#e5e7eb", linecolor="#9ca3af", zeroline=False)
     return fig
 
 
@@ -109,4 +113,4 @@ def comparison_figure(rows: list[dict]) -> go.Figure:
     fig.add_trace(go.Bar(x=names, y=[r["speedup"] or 0.0 for r in rows], marker_color=TEAL, name="speedup"), 1, 1)
     fig.add_trace(go.Bar(x=names, y=[r["mean_tau"] for r in rows], marker_color=AMBER, name="τ"), 1, 2)
     fig.update_layout(showlegend=False)
-    return _style(fig, "Retrieval variants on the same request")
+    return _style(fig, "")

@@ -37,18 +37,31 @@ def display_strings(ids: list[int], strings: list[str]) -> list[str]:
     return [s if s else f"⟨{i}⟩" for i, s in zip(ids, strings)]
 
 
-def answer_html(iterations: list, strings: list[str]) -> str:
-    """The FOVEA answer, one clickable span per emitted token.
+def answer_ids(iterations: list, first: int | None = None) -> list[int]:
+    """Token ids of the answer so far: the prefill token (the root of round 0, or `first`),
+    then every round's emitted tokens."""
+    rounds = [it for it in iterations if isinstance(it, IterationTrace)]
+    if first is None and rounds:
+        first = rounds[0].tokens[0]
+    return ([] if first is None else [first]) + [t for it in rounds for t in it.emitted]
 
-    `strings` holds the display text of every emitted token in order (the concatenation of
-    `it.emitted` over iterations). Accepted draft tokens are shaded by their tree depth, the
-    bonus token of each round is amber; each span carries data-iter (index into iterations)
-    and data-k (position within that round's emitted tokens) for the click handler."""
-    spans, pos = [], 0
-    for i, it in enumerate(iterations):
-        if not isinstance(it, IterationTrace):
-            continue
-        for k, _ in enumerate(it.emitted):
+
+def answer_html(iterations: list, strings: list[str]) -> str:
+    """The FOVEA answer, one span per token.
+
+    `strings` is the display text of every answer token in order (see `answer_ids`): any
+    leading tokens not covered by the rounds' emitted tokens came from the target's prefill.
+    Accepted draft tokens are shaded by their tree depth; bonus and prefill tokens (the
+    target's own) are amber. Round tokens carry data-iter (index into iterations) and data-k
+    (position within that round's emitted tokens) for the click handler."""
+    rounds = [(i, it) for i, it in enumerate(iterations) if isinstance(it, IterationTrace)]
+    lead = max(0, len(strings) - sum(len(it.emitted) for _, it in rounds))
+    target_style = f"background:{BONUS_COLOUR};color:#422006"
+    spans = [f'<span class="fv-tok fv-prefill" style="{target_style}" title="first token, from the target\'s '
+             f'prefill">{token_text(s)}</span>' for s in strings[:lead]]
+    pos = lead
+    for i, it in rounds:
+        for k in range(len(it.emitted)):
             text = token_text(strings[pos]) if pos < len(strings) else "?"
             pos += 1
             if k < len(it.accepted):
@@ -56,7 +69,7 @@ def answer_html(iterations: list, strings: list[str]) -> str:
                 style, cls = depth_style(depth), f"fv-tok fv-draft fv-d{depth}"
                 title = f"round {it.iteration}: draft token at depth {depth}, accepted by the target"
             else:
-                style, cls = f"background:{BONUS_COLOUR};color:#422006", "fv-tok fv-bonus"
+                style, cls = target_style, "fv-tok fv-bonus"
                 title = f"round {it.iteration}: bonus token, produced by the target itself"
             spans.append(f'<span class="{cls}" data-iter="{i}" data-k="{k}" style="{style}" '
                          f'title="{html.escape(title)}">{text}</span>')
@@ -114,10 +127,10 @@ def _node_label(it: IterationTrace, node: int, strings: list[str], accepted: boo
         cls, style, note = "fv-root", "background:#1f2937;color:#ffffff", "root"
     elif accepted:
         cls, style = "fv-accepted", depth_style(it.depths[node])
-        note = f"{_local_prob(it, node):.0%}"
+        note = _percent(_local_prob(it, node))
     else:
         cls, style = "fv-rejected", f"color:{REJECTED_COLOUR};text-decoration:line-through"
-        note = f"{_local_prob(it, node):.0%}"
+        note = _percent(_local_prob(it, node))
     badge = ""
     if node in it.retrieval:
         r = it.retrieval[node]
@@ -125,6 +138,10 @@ def _node_label(it: IterationTrace, node: int, strings: list[str], accepted: boo
     outline = ";outline:2px solid #f43f5e;outline-offset:1px" if selected else ""
     return (f'<span class="fv-node {cls}" style="{style}{outline}" data-node="{node}">{text}'
             f'<small> {note}</small></span>{badge}')
+
+
+def _percent(p: float) -> str:
+    return f"{p:.0%}" if p >= 0.01 else "<1%"
 
 
 def _local_prob(it: IterationTrace, node: int) -> float:
@@ -156,16 +173,20 @@ class RunStats:
 
 
 def stats_from_records(method: str, records: list, wall_s: float) -> RunStats:
-    """Figures of a run in progress from its streamed records and the elapsed time."""
+    """Figures of a run in progress from its streamed records and the elapsed time. Like the
+    library, the prefill counts as one target forward producing the first token."""
     its = [r for r in records if isinstance(r, IterationTrace)]
     if its:
-        return RunStats(method, sum(len(r.emitted) for r in its), wall_s, len(its), [r.accept_length for r in its])
-    return RunStats(method, len(records), wall_s, len(records))
+        return RunStats(method, 1 + sum(len(r.emitted) for r in its), wall_s, 1 + len(its),
+                        [r.accept_length for r in its])
+    return RunStats(method, 1 + len(records), wall_s, 1 + len(records))
 
 
 def stats_from_result(result: GenerationResult) -> RunStats:
-    taus = [r.accept_length for r in result.iterations if isinstance(r, IterationTrace)]
-    return RunStats(result.method, len(result.tokens), result.wall_s, result.target_forwards, taus, done=True)
+    taus = list(getattr(result, "accept_lengths", None) or
+                [r.accept_length for r in result.iterations if isinstance(r, IterationTrace)])
+    return RunStats(result.method, len(result.tokens), result.wall_s, result.target_forwards,
+                    taus if result.method != "autoregressive" else [], done=True)
 
 
 def speedup(fovea: RunStats | None, baseline: RunStats | None) -> float | None:

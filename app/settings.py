@@ -24,9 +24,10 @@ class SettingsError(ValueError):
     """A settings value the decoder cannot use; the message says what to change."""
 
 
-def settings_panel(cap: int = MAX_NEW_TOKENS_CAP) -> list[gr.components.Component]:
-    """Build the accordion inside the current Blocks context; returns the controls in SETTING_NAMES order."""
-    r, c, t, d = DEFAULTS.retrieval, DEFAULTS.correction, DEFAULTS.tree, DEFAULTS.decoding
+def settings_panel(cap: int = MAX_NEW_TOKENS_CAP, initial: FoveaConfig = DEFAULTS) -> list[gr.components.Component]:
+    """Build the accordion inside the current Blocks context, showing `initial`; returns the
+    controls in SETTING_NAMES order."""
+    r, c, t, d = initial.retrieval, initial.correction, initial.tree, initial.decoding
     with gr.Accordion("Settings", open=False):
         with gr.Row():
             mode = gr.Dropdown(list(RETRIEVAL_MODES), value=r.mode, label="Retrieval mode")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import socket
 from pathlib import Path
 
 import gradio as gr
@@ -15,6 +16,7 @@ import gradio as gr
 from app import plots, render
 from app.callbacks import FOCUS_OUTPUTS, RUN_OUTPUTS, Callbacks
 from app.settings import COMPARE_VARIANTS, MAX_NEW_TOKENS_CAP, settings_panel
+from fovea.config import FoveaConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES_DIR = ROOT / "assets" / "examples"
@@ -47,19 +49,35 @@ def load_examples(folder: Path = EXAMPLES_DIR) -> list[list[str]]:
 
 def launch_kwargs() -> dict:
     """Arguments for `demo.launch()` shared by app.py and the tests (Gradio 6 takes theme/css here)."""
-    return dict(theme=gr.themes.Soft(primary_hue="teal", secondary_hue="amber"), css_paths=[CSS_PATH],
+    # system fonts: the page fetches nothing from font CDNs
+    theme = gr.themes.Soft(primary_hue="teal", secondary_hue="amber", font=["ui-sans-serif", "system-ui", "sans-serif"],
+                           font_mono=["ui-monospace", "SFMono-Regular", "monospace"])
+    return dict(theme=theme, css_paths=[CSS_PATH],
                 share=False, ssr_mode=False, show_error=True, footer_links=["api"])
 
 
-def build_demo(pipeline, concurrency_limit: int = DEFAULT_CONCURRENCY) -> gr.Blocks:
+def serve_in_background(demo: gr.Blocks) -> str:
+    """Launch on a free local port without blocking (tests, screenshots); returns the URL.
+    Stop it with `demo.close()`."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    _, url, _ = demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                            **launch_kwargs())
+    return url
+
+
+def build_demo(pipeline, concurrency_limit: int = DEFAULT_CONCURRENCY,
+               initial: FoveaConfig | None = None) -> gr.Blocks:
+    """The app over a ready pipeline; `initial` sets what the Settings controls show at load."""
     cap = min(MAX_NEW_TOKENS_CAP, getattr(pipeline, "max_new_tokens_cap", MAX_NEW_TOKENS_CAP))
     cb = Callbacks(pipeline, cap)
     with gr.Blocks(title="FOVEA Studio", analytics_enabled=False) as demo:
-        session = gr.State(None)
+        session = gr.State(None, time_to_live=3600)   # freed an hour after the last update
         gr.Markdown(HEADER)
         with gr.Row(equal_height=False):
             with gr.Column(scale=2, min_width=320):
-                inputs = _input_column(cb, cap)
+                inputs = _input_column(cap, initial or FoveaConfig())
             with gr.Column(scale=5, min_width=480):
                 c = _output_column()
         c["session"] = session
@@ -68,19 +86,20 @@ def build_demo(pipeline, concurrency_limit: int = DEFAULT_CONCURRENCY) -> gr.Blo
     return demo
 
 
-def _input_column(cb: Callbacks, cap: int) -> dict:
+def _input_column(cap: int, initial: FoveaConfig) -> dict:
     image = gr.Image(type="filepath", label="Image", sources=["upload", "clipboard"], height=260,
                      elem_id="fv-image")
     question = gr.Textbox(label="Question", lines=2, max_lines=4, elem_id="fv-question",
                           placeholder="e.g. Where is the red square?")
     run = gr.Button("Run", variant="primary", elem_id="fv-run")
     with gr.Row():
-        randoms = {family: gr.Button(f"Random {label}", size="sm", elem_id=f"fv-random-{family}")
+        randoms = {family: gr.Button(f"Random {label}", size="sm", min_width=60,
+                                      elem_id=f"fv-random-{family}")
                    for family, label in (("scene", "scene"), ("ocr", "text"), ("chart", "chart"))}
     examples = load_examples()
     if examples:
         gr.Examples(examples=examples, inputs=[image, question], label="Examples", examples_per_page=8)
-    settings = settings_panel(cap)
+    settings = settings_panel(cap, initial)
     return dict(image=image, question=question, run=run, randoms=randoms, settings=settings)
 
 
@@ -97,7 +116,8 @@ def _output_column() -> dict:
             with gr.Row():
                 with gr.Column(scale=1, min_width=300):
                     c["heatmap"] = gr.Image(label="Retrieval weights over the image patches", type="pil",
-                                            format="png", interactive=False, height=384, elem_id="fv-heatmap")
+                                            format="png", interactive=False, show_label=False, height=384,
+                                            elem_id="fv-heatmap")
                     c["scrubber"] = gr.Slider(0, 1, value=0, step=1, label="Draft state (step along the decoding)",
                                               interactive=False, elem_id="fv-scrubber")
                     with gr.Row():
@@ -108,22 +128,23 @@ def _output_column() -> dict:
                                                elem_id="fv-caption")
                     c["tree"] = gr.HTML("", label="Draft tree", elem_id="fv-tree")
         with gr.Tab("Focus shifts", id="shifts"):
-            c["focus_plot"] = gr.Plot(plots.focus_shift_figure([]), label="Focus shifts", elem_id="fv-focus-plot")
-            c["filmstrip"] = gr.Gallery(label="Focus along the trajectory", columns=6, height="auto",
+            c["focus_plot"] = gr.Plot(plots.focus_shift_figure([]), label="Focus shifts", show_label=False,
+                                     elem_id="fv-focus-plot")
+            c["filmstrip"] = gr.Gallery(label="Focus along the trajectory", columns=6, height=380,
                                         format="png", elem_id="fv-filmstrip")
         with gr.Tab("Analysis", id="analysis"):
             with gr.Row():
-                c["accept_plot"] = gr.Plot(plots.accept_length_figure([]), label="Accepted length")
-                c["hist_plot"] = gr.Plot(plots.accept_histogram_figure([]), label="Histogram")
-            c["timing_plot"] = gr.Plot(plots.timing_figure([]), label="Timing")
+                c["accept_plot"] = gr.Plot(plots.accept_length_figure([]), label="Accepted length", show_label=False)
+                c["hist_plot"] = gr.Plot(plots.accept_histogram_figure([]), label="Histogram", show_label=False)
+            c["timing_plot"] = gr.Plot(plots.timing_figure([]), label="Timing", show_label=False)
             with gr.Row():
                 c["variant"] = gr.Dropdown(list(COMPARE_VARIANTS), value=COMPARE_VARIANTS[0], scale=3,
                                            label="Re-run the same request with retrieval variant")
                 c["compare"] = gr.Button("Compare", scale=1)
-            with gr.Row():
-                c["compare_html"] = gr.HTML(render.comparison_html([]), label="Comparison table")
-                c["compare_plot"] = gr.Plot(plots.comparison_figure([]), label="Comparison")
-            c["summary"] = gr.JSON(label="Figures of the last request (also the API output)", open=False)
+            c["compare_html"] = gr.HTML(render.comparison_html([]), label="Comparison table")
+            c["compare_plot"] = gr.Plot(plots.comparison_figure([]), label="Comparison", show_label=False)
+            with gr.Accordion("Figures of the last request (the API's JSON output)", open=False):
+                c["summary"] = gr.JSON(label="Figures of the last request", show_label=False)
     c["timer"] = gr.Timer(0.8, active=False)
     return c
 

@@ -15,6 +15,6 @@ def compact_tail(cache, n_appended: int, keep: torch.Tensor) -> None:
         prefix = layer.keys.shape[2] - n_appended
         if keep.numel() == n_appended and bool((keep == torch.arange(n_appended)).all()):
             continue
-        idx = keep + prefix
+        idx = (keep + prefix).to(layer.keys.device)        # layers may sit on different GPUs
         layer.keys = torch.cat([layer.keys[:, :, :prefix], layer.keys.index_select(2, idx)], dim=2)
         layer.values = torch.cat([layer.values[:, :, :prefix], layer.values.index_select(2, idx)], dim=2)

@@ -24,5 +24,5 @@ class GatedCorrection(nn.Module):
         """h, r [..., D] -> (h + g*c [..., D], g [...]); use_gate=False fixes g = 1 (the "no gate" ablation)."""
         x = torch.cat([h, r], dim=-1)
         c = self.f(x)
-        g = torch.sigmoid(self.g(x)).squeeze(-1) if use_gate else torch.ones(h.shape[:-1])
+        g = torch.sigmoid(self.g(x)).squeeze(-1) if use_gate else torch.ones(h.shape[:-1], device=h.device)
         return h + g.unsqueeze(-1) * c, g

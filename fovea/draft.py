@@ -67,7 +67,7 @@ def draft_tree(drafter: Drafter, state: DraftState, root_token: int, memory: Vis
     tok, par, dep, sco = [root_token], [-1], [0], [0.0]
     retrieval: dict[int, NodeRetrieval] = {}
     hs = {0: state.root_h}          # draft state of every node run through the drafter
-    tree_kv: list = []              # per level, per layer (k, v) of the expanded nodes
+    tree_kv: list = []              # per layer (k, v): committed cache + expanded tree nodes
     kv_nodes: list[int] = []        # node index of each tree-KV slot, in order
     frontier = [0]
     for level in range(1, cfg.tree.depth + 1):
@@ -79,12 +79,12 @@ def draft_tree(drafter: Drafter, state: DraftState, root_token: int, memory: Vis
         logp = torch.log_softmax(logits, -1)
         top_lp, top_tok = logp.topk(k_top, dim=-1)                        # [F, k]
         cand = []
-        for fi, node in enumerate(frontier):
-            for j in range(k_top):
-                tok.append(int(top_tok[fi, j]))
+        for node, lps, toks in zip(frontier, top_lp.tolist(), top_tok.tolist()):
+            for lp, t in zip(lps, toks):
+                tok.append(t)
                 par.append(node)
                 dep.append(level)
-                sco.append(sco[node] + float(top_lp[fi, j]))
+                sco.append(sco[node] + lp)
                 cand.append(len(tok) - 1)
         if level == cfg.tree.depth:
             break
@@ -94,28 +94,23 @@ def draft_tree(drafter: Drafter, state: DraftState, root_token: int, memory: Vis
 
 
 def _expand(drafter, state, frontier, tok, par, dep, hs, tree_kv, kv_nodes) -> None:
-    """Run the frontier nodes (inputs: own token, parent's draft state) in one drafter step."""
-    f = len(frontier)
+    """Run the frontier nodes (inputs: own token, parent's draft state) in one drafter step.
+    tree_kv holds, per layer, the committed cache with every earlier tree level appended."""
     tokens = torch.tensor([tok[n] for n in frontier])[None]
     feats = torch.stack([hs[par[n]] for n in frontier])[None]
     positions = torch.tensor([state.length - 1 + dep[n] for n in frontier])[None]
     # mask over [committed | earlier tree slots | these nodes]: ancestors and self only
-    t_prev = len(kv_nodes)
-    mask = torch.zeros(f, state.length + t_prev + f, dtype=torch.bool)
-    mask[:, : state.length] = True
+    rows = []
     for i, n in enumerate(frontier):
         anc, a = set(), par[n]
         while a > 0:
             anc.add(a)
             a = par[a]
-        for s, slot_node in enumerate(kv_nodes):
-            mask[i, state.length + s] = slot_node in anc
-        mask[i, state.length + t_prev + i] = True
-    past = state.past if not tree_kv else [
-        (torch.cat([pk] + [lv[li][0] for lv in tree_kv], 2), torch.cat([pv] + [lv[li][1] for lv in tree_kv], 2))
-        for li, (pk, pv) in enumerate(state.past)]
+        rows.append([s in anc for s in kv_nodes] + [j == i for j in range(len(frontier))])
+    mask = torch.cat([torch.ones(len(frontier), state.length, dtype=torch.bool), torch.tensor(rows)], 1)
+    past = tree_kv if tree_kv else state.past
     h, new_kv = drafter.step(tokens, feats, positions, mask[None, None], past)
-    tree_kv.append(new_kv)
+    tree_kv[:] = [(torch.cat([pk, k], 2), torch.cat([pv, v], 2)) for (pk, pv), (k, v) in zip(past, new_kv)]
     kv_nodes.extend(frontier)
     for i, n in enumerate(frontier):
         hs[n] = h[0, i]

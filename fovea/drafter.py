@@ -4,7 +4,9 @@ One (or two) decoder blocks read `fc([embed(next token); feature])`, where the f
 target's last hidden state (committed tokens) or the drafter's own state (tree nodes). Before the
 target's LM head, a draft state of depth <= `correction.max_depth` retrieves from the visual
 memory and adds a gated residual correction. The embedding and LM head are the target's, bound
-at run time and never saved with the drafter. Knows nothing about tree shapes or acceptance.
+at run time and never saved with the drafter. `bind` moves the drafter to the target's device and
+its calls move their inputs there, so the decode loop may hand it CPU tensors. Knows nothing about
+tree shapes or acceptance.
 """
 from __future__ import annotations
 
@@ -42,13 +44,20 @@ class Drafter(nn.Module):
 
     # ---- binding and persistence -------------------------------------------------------------
     def bind(self, target) -> "Drafter":
-        """Share the target's token embedding and LM head (frozen, float32 views)."""
+        """Share the target's token embedding and LM head (frozen, float32 copies on the device of the
+        target's embedding, where the drafter moves too)."""
         if target.hidden_size != self.cfg.hidden_size or target.vocab_size != self.cfg.vocab_size:
             raise ValueError(f"drafter (hidden {self.cfg.hidden_size}, vocab {self.cfg.vocab_size}) does not "
                              f"match the target (hidden {target.hidden_size}, vocab {target.vocab_size})")
+        device = target.embed_weight.device
+        self.to(device)
         self.embed_weight = target.embed_weight.detach().float()
-        self.lm_head_weight = target.lm_head_weight.detach().float()
+        self.lm_head_weight = target.lm_head_weight.detach().to(device).float()
         return self
+
+    @property
+    def device(self) -> torch.device:
+        return self.fc.weight.device
 
     def save_pretrained(self, folder, dtype: torch.dtype = torch.float16) -> None:
         from safetensors.torch import save_file
@@ -61,10 +70,15 @@ class Drafter(nn.Module):
         (folder / "config.json").write_text(json.dumps(meta, indent=2))
 
     @classmethod
-    def from_pretrained(cls, folder) -> "Drafter":
+    def from_pretrained(cls, folder, offline: bool | None = None) -> "Drafter":
+        """A drafter folder, or a Hugging Face Hub id (fetched only where a Hub is reachable)."""
         from safetensors.torch import load_file
 
+        from fovea.backbones.hub import looks_like_hub_id, resolve_pretrained
+
         folder = Path(folder)
+        if not folder.exists() and looks_like_hub_id(str(folder)):
+            folder = resolve_pretrained(str(folder), "drafter", ["config.json", "model.safetensors"], offline)
         if not (folder / "config.json").exists() or not (folder / "model.safetensors").exists():
             raise FileNotFoundError(f"{folder} is not a drafter folder (needs config.json and model.safetensors)")
         meta = json.loads((folder / "config.json").read_text())
@@ -79,6 +93,8 @@ class Drafter(nn.Module):
              mask: torch.Tensor, past: KVList | None) -> tuple[torch.Tensor, KVList]:
         """tokens [B, T] (the NEXT token of each pair), features [B, T, D], positions [B, T],
         mask [B|1, 1, T, S+T] bool over [past; new] -> (draft states h [B, T, D], new kv per layer)."""
+        dev = self.device
+        tokens, features, positions, mask = tokens.to(dev), features.to(dev), positions.to(dev), mask.to(dev)
         x = self.fc(torch.cat([nn.functional.embedding(tokens, self.embed_weight), features], dim=-1))
         new_kv = []
         for i, block in enumerate(self.blocks):
@@ -87,7 +103,7 @@ class Drafter(nn.Module):
         return x, new_kv
 
     def encode_memory(self, visual_tokens: torch.Tensor, grid=None) -> VisualMemory:
-        return self.memory_encoder(visual_tokens.float(), grid=grid)
+        return self.memory_encoder(visual_tokens.float().to(self.device), grid=grid)
 
     def head(self, h: torch.Tensor, depth: torch.Tensor, memory: VisualMemory | None,
              correction: CorrectionConfig, retrieval: RetrievalConfig,
@@ -97,6 +113,7 @@ class Drafter(nn.Module):
         States deeper than `correction.max_depth` (or all, when disabled / no memory) go straight
         to RMSNorm + LM head; the others get h + g * f([h; r]) first. h itself is never modified.
         """
+        h, depth = h.to(self.device), depth.to(self.device)
         use = correction.enabled and memory is not None and correction.max_depth >= 0
         sel = (depth <= correction.max_depth) if use else torch.zeros_like(depth, dtype=torch.bool)
         pre = h
@@ -117,5 +134,13 @@ def drafter_config_for(target, num_layers: int = 1) -> DrafterConfig:
                          num_kv_heads=getattr(text, "num_key_value_heads", heads) or heads,
                          intermediate_size=text.intermediate_size, num_layers=num_layers,
                          vocab_size=target.vocab_size, memory_dim=text.hidden_size,
-                         rope_theta=float(getattr(text, "rope_theta", None) or 10000.0),
+                         rope_theta=_rope_theta(text),
                          rms_eps=float(getattr(text, "rms_norm_eps", 1e-6)))
+
+
+def _rope_theta(text_config) -> float:
+    """RoPE base: `rope_parameters["rope_theta"]` in transformers 5 (Llama, Qwen2.5-VL), else the
+    older top-level `rope_theta`, else 10000."""
+    params = getattr(text_config, "rope_parameters", None) or {}
+    theta = params.get("rope_theta") if isinstance(params, dict) else None
+    return float(theta or getattr(text_config, "rope_theta", None) or 10000.0)

@@ -22,9 +22,12 @@ class RMSNorm(nn.Module):
         return (x.float() * torch.rsqrt(var + self.eps)).to(x.dtype) * self.weight
 
 
-def rotary(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """positions [B, T] -> cos, sin [B, 1, T, head_dim] (half-rotation convention)."""
-    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+def inverse_frequencies(head_dim: int, theta: float) -> torch.Tensor:
+    return 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+
+
+def rotary(positions: torch.Tensor, inv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """positions [B, T], inverse frequencies [Dh/2] -> cos, sin [B, 1, T, Dh] (half-rotation convention)."""
     ang = positions.float()[..., None] * inv                       # [B, T, Dh/2]
     ang = torch.cat([ang, ang], dim=-1)[:, None]
     return ang.cos(), ang.sin()
@@ -39,7 +42,8 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 class DecoderBlock(nn.Module):
     def __init__(self, hidden: int, heads: int, kv_heads: int, intermediate: int, theta: float, eps: float):
         super().__init__()
-        self.heads, self.kv_heads, self.head_dim, self.theta = heads, kv_heads, hidden // heads, theta
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, hidden // heads
+        self.register_buffer("inv_freq", inverse_frequencies(self.head_dim, theta), persistent=False)
         self.in_norm = RMSNorm(hidden, eps)
         self.q = nn.Linear(hidden, heads * self.head_dim, bias=False)
         self.kv = nn.Linear(hidden, 2 * kv_heads * self.head_dim, bias=False)
@@ -56,7 +60,7 @@ class DecoderBlock(nn.Module):
         h = self.in_norm(x)
         q = self.q(h).view(b, t, self.heads, self.head_dim).transpose(1, 2)
         k, v = self.kv(h).view(b, t, 2, self.kv_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        cos, sin = rotary(positions, self.head_dim, self.theta)
+        cos, sin = rotary(positions, self.inv_freq)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         k_all, v_all = (k, v) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
         attn = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask,

@@ -13,7 +13,7 @@ from typing import Iterator
 import torch
 from PIL import Image, ImageFile, UnidentifiedImageError
 
-from fovea.config import FoveaConfig
+from fovea.config import CorrectionConfig, FoveaConfig
 from fovea.decoding import generate
 from fovea.drafter import Drafter, drafter_config_for
 from fovea.models import bundled
@@ -91,14 +91,19 @@ class FoveaPipeline:
     # ---- construction ------------------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, target=None, drafter=None, baseline_drafter=None) -> "FoveaPipeline":
-        """Folders of a bundled-format target and drafter(s); None = the committed assets.
-        `baseline_drafter` (default assets/drafter_nocorr, if present) is the no-correction drafter."""
-        target_dir = Path(target or os.environ.get("FOVEA_TARGET") or bundled.DEFAULT_TARGET_DIR)
-        drafter_dir = Path(drafter or os.environ.get("FOVEA_DRAFTER") or bundled.DEFAULT_DRAFTER_DIR)
-        tgt = bundled.load_target(target_dir)
-        drafters = {"fovea": Drafter.from_pretrained(drafter_dir)}
-        base_dir = Path(baseline_drafter) if baseline_drafter else bundled.ASSETS / "drafter_nocorr"
-        if base_dir.exists():
+        """A target (bundled, LLaVA-1.5, LLaVA-NeXT or Qwen2.5-VL folder or Hub id, see
+        `fovea.backbones.load_backbone`) and drafter(s); None = the committed bundled assets.
+        `baseline_drafter` (default assets/drafter_nocorr with the bundled target) is the
+        no-correction drafter."""
+        from fovea.backbones import load_backbone
+
+        target_ref = target or os.environ.get("FOVEA_TARGET")
+        tgt = load_backbone(target_ref) if target_ref else bundled.load_target(bundled.DEFAULT_TARGET_DIR)
+        drafters = {"fovea": Drafter.from_pretrained(drafter or os.environ.get("FOVEA_DRAFTER")
+                                                     or bundled.DEFAULT_DRAFTER_DIR)}
+        default_base = bundled.ASSETS / "drafter_nocorr" if isinstance(tgt, bundled.BundledTarget) else None
+        base_dir = Path(baseline_drafter) if baseline_drafter else default_base
+        if base_dir is not None and base_dir.exists():
             drafters["no_correction"] = Drafter.from_pretrained(base_dir)
         return cls(tgt, drafters)
 
@@ -111,7 +116,9 @@ class FoveaPipeline:
         model = bundled.build_model(bundled.BundledModelConfig.from_name("tiny"), tok, seed=seed)
         target = bundled.BundledTarget(model, tok)
         torch.manual_seed(seed)
-        return cls(target, {"fovea": Drafter(drafter_config_for(target)).eval()})
+        drafters = {"fovea": Drafter(drafter_config_for(target)).eval(),
+                    "no_correction": Drafter(drafter_config_for(target), CorrectionConfig(enabled=False)).eval()}
+        return cls(target, drafters)
 
     # ---- validation --------------------------------------------------------------------------
     def validate_image(self, image) -> Image.Image:

@@ -68,7 +68,7 @@ class Retriever(nn.Module):
         probs = torch.softmax(s, dim=-1)                              # [S, N]
         n_valid = memory.valid.sum().expand(h.shape[0])
         if cfg.mode == "random":
-            noise = torch.rand(s.shape, generator=generator).masked_fill(~memory.valid, -1.0)
+            noise = torch.rand(s.shape, generator=generator).to(s.device).masked_fill(~memory.valid, -1.0)
             order = noise.argsort(-1, descending=True)
             probs = memory.valid.float().expand_as(s)                 # uniform over the sampled set
         elif cfg.mode == "static":
@@ -84,7 +84,7 @@ class Retriever(nn.Module):
         else:
             k = cumulative_mass_k(p_sorted, n_valid, cfg.rho, cfg.k_min, cfg.k_max)
         width = int(k.max())
-        keep = torch.arange(width)[None, :] < k[:, None]              # [S, width]
+        keep = torch.arange(width, device=k.device)[None, :] < k[:, None]   # [S, width]
         w = p_sorted[:, :width] * keep
         w = w / w.sum(-1, keepdim=True).clamp_min(1e-12)              # renormalise over the selected set
         idx = order[:, :width].masked_fill(~keep, -1)

@@ -22,23 +22,21 @@ def build_tree_buffers(parents: list[int]) -> TreeBuffers:
     n = len(parents)
     if n == 0 or parents[0] != -1:
         raise ValueError("node 0 must be the root (parent -1)")
-    mask = torch.zeros(n, n, dtype=torch.bool)
-    depths = torch.zeros(n, dtype=torch.long)
-    for i in range(n):
+    ancestors: list[list[int]] = [[0]]          # ancestors-or-self of each node, root first
+    for i in range(1, n):
         p = parents[i]
-        if i > 0 and not 0 <= p < i:
+        if not 0 <= p < i:
             raise ValueError(f"parent of node {i} must precede it, got {p}")
-        mask[i, i] = True
-        if i > 0:
-            mask[i] |= mask[p]
-            depths[i] = depths[p] + 1
+        ancestors.append(ancestors[p] + [i])
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    rows = torch.tensor([i for i, a in enumerate(ancestors) for _ in a])
+    cols = torch.tensor([j for a in ancestors for j in a])
+    mask[rows, cols] = True
+    depths = torch.tensor([len(a) - 1 for a in ancestors])
     has_child = set(parents[1:])
     leaves = [i for i in range(n) if i not in has_child]
-    width = int(depths.max()) + 1
-    paths = torch.full((len(leaves), width), -1, dtype=torch.long)
-    for row, leaf in enumerate(leaves):
-        path = mask[leaf].nonzero().flatten()        # ancestors sorted by index == sorted by depth
-        paths[row, : path.numel()] = path
+    width = max(len(a) for a in ancestors)
+    paths = torch.tensor([ancestors[leaf] + [-1] * (width - len(ancestors[leaf])) for leaf in leaves])
     return TreeBuffers(mask=mask, depths=depths, retrieve_indices=paths)
 
 

@@ -23,14 +23,22 @@ LOSS_WEIGHTS = {"hid": 1.0, "kl": 0.2, "tok": 1.0}
 
 
 @torch.no_grad()
-def target_artifacts(target, ids: torch.Tensor, att: torch.Tensor, pixels: torch.Tensor) -> dict:
-    """Teacher-forced target pass -> features [B, T, D], logits [B, T, V], visual tokens [B, N, D]."""
-    out = target.model.model(input_ids=ids, attention_mask=att, pixel_values=pixels)
+def target_artifacts(target, ids: torch.Tensor, att: torch.Tensor, pixels) -> dict:
+    """Teacher-forced target pass -> features [B, T, D], logits [B, T, V], visual tokens [B, N, D]
+    (a list of [N_b, D] when images give different token counts, e.g. LLaVA-NeXT anyres, Qwen2.5-VL).
+    pixels: pixel values [B, 3, H, W], or a dict of the backbone's image inputs
+    (`HFVisionTarget.batch_model_inputs`: pixel_values, image_sizes, image_grid_thw, mm_token_type_ids)."""
+    images = pixels if isinstance(pixels, dict) else {"pixel_values": pixels}
+    out = target.model.model(input_ids=ids, attention_mask=att, use_cache=False, **images)
     feats = out.last_hidden_state.float()
-    vis = out.image_hidden_states
-    vis = torch.stack(list(vis)) if isinstance(vis, (list, tuple)) else vis
-    return {"feats": feats, "logits": target.model.lm_head(out.last_hidden_state).float(),
-            "visual": vis.reshape(ids.shape[0], -1, feats.shape[-1]).float()}
+    vis = out.image_outputs.pooler_output if getattr(out, "image_outputs", None) is not None \
+        else out.image_hidden_states
+    if isinstance(vis, (list, tuple)) and len({v.shape[0] for v in vis}) > 1:
+        visual = [v.float() for v in vis]                             # one [N_b, D] per row
+    else:
+        vis = torch.stack(list(vis)) if isinstance(vis, (list, tuple)) else vis
+        visual = vis.reshape(ids.shape[0], -1, feats.shape[-1]).float()
+    return {"feats": feats, "logits": target.model.lm_head(out.last_hidden_state).float(), "visual": visual}
 
 
 def token_loss(logits: torch.Tensor, target_logits: torch.Tensor) -> torch.Tensor:
@@ -50,7 +58,7 @@ def _head_losses(drafter, h, depth, memory_per_row, valid, nxt_feat, nxt_logits,
         hb = h[b][valid[b]]                                           # [M_b, D]
         if hb.shape[0] == 0:
             continue
-        d = torch.full((hb.shape[0],), depth, dtype=torch.long)
+        d = torch.full((hb.shape[0],), depth, dtype=torch.long, device=hb.device)
         logits, got, gate = drafter.head(hb, d, memory_per_row[b], ccfg, rcfg)
         pre = hb
         if got is not None:
@@ -75,8 +83,9 @@ def drafter_loss(drafter: Drafter, art: dict, ids: torch.Tensor, loss_mask: torc
     feats, logits = art["feats"], art["logits"]
     b, t, _ = feats.shape
     memory = [drafter.encode_memory(art["visual"][i]) for i in range(b)] if ccfg.enabled else [None] * b
-    pos = torch.arange(t - 1)[None].expand(b, -1)
-    causal = torch.tril(torch.ones(t - 1, t - 1, dtype=torch.bool))
+    dev = feats.device
+    pos = torch.arange(t - 1, device=dev)[None].expand(b, -1)
+    causal = torch.tril(torch.ones(t - 1, t - 1, dtype=torch.bool, device=dev))
     pad = att[:, 1:].bool()
     mask1 = (causal[None] & pad[:, None, :])[:, None]                  # [B, 1, T-1, T-1]
     # step 1: pair i = (token i+1, f_i) -> predicts f_{i+1}, logits_{i+1}
@@ -85,9 +94,9 @@ def drafter_loss(drafter: Drafter, art: dict, ids: torch.Tensor, loss_mask: torc
     loss1, m1 = _head_losses(drafter, h1, 0, memory, v1, feats[:, 1:], logits[:, 1:], ccfg, rcfg)
     # step 2 (depth 1): pair (token i+2, h1_i) at position i+1 attends pairs 0..i of step 1 and itself
     t2 = t - 2
-    mask2 = torch.zeros(b, 1, t2, t - 1 + t2, dtype=torch.bool)
+    mask2 = torch.zeros(b, 1, t2, t - 1 + t2, dtype=torch.bool, device=dev)
     mask2[:, 0, :, : t - 1] = mask1[:, 0, :t2, :]
-    mask2[:, 0, :, t - 1:] = torch.eye(t2, dtype=torch.bool)
+    mask2[:, 0, :, t - 1:] = torch.eye(t2, dtype=torch.bool, device=dev)
     h2, _ = drafter.step(ids[:, 2:], h1[:, :t2], pos[:, :t2] + 1, mask2, kv1)
     v2 = loss_mask[:, 2:] & att[:, 2:].bool()
     loss2, m2 = _head_losses(drafter, h2, 1, memory, v2, feats[:, 2:], logits[:, 2:], ccfg, rcfg)

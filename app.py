@@ -1,0 +1,53 @@
+"""FOVEA Studio entry point: `python app.py` locally, and the Hugging Face Space's `app_file`.
+
+Loads the bundled target + drafter from assets/ (or `--target` / `--drafter`, env
+FOVEA_TARGET / FOVEA_DRAFTER), builds the Gradio app with `app.ui.build_demo` and launches it.
+Only running this file builds a model; importing the `app` package loads nothing.
+Never shares a public link; analytics are off (`build_demo` passes analytics_enabled=False).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from app.ui import DEFAULT_CONCURRENCY
+
+    p = argparse.ArgumentParser(description="FOVEA Studio: live speculative decoding with visual focus heatmaps.")
+    p.add_argument("--target", default=os.environ.get("FOVEA_TARGET"),
+                   help="target model folder (default: env FOVEA_TARGET, else the bundled assets/target)")
+    p.add_argument("--drafter", default=os.environ.get("FOVEA_DRAFTER"),
+                   help="drafter folder (default: env FOVEA_DRAFTER, else the bundled assets/drafter)")
+    p.add_argument("--host", default=None,
+                   help="interface to bind (default: env GRADIO_SERVER_NAME, else 127.0.0.1; Spaces set 0.0.0.0)")
+    p.add_argument("--port", type=int, default=None, help="port (default: env GRADIO_SERVER_PORT, else 7860)")
+    p.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY,
+                   help="decoding requests served at once; the rest wait in the queue")
+    p.add_argument("--tiny-random", action="store_true",
+                   help="use a random-weight tiny model instead (no assets needed; for trying the UI)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from app.ui import build_demo, launch_kwargs
+    from fovea.pipeline import FoveaPipeline
+
+    if args.tiny_random:
+        pipeline = FoveaPipeline.tiny_random()
+    else:
+        try:
+            pipeline = FoveaPipeline.from_pretrained(args.target, args.drafter)
+        except (FileNotFoundError, OSError) as err:
+            sys.exit(f"Could not load the model ({err}).\nBuild the bundled assets (see README), point "
+                     "--target/--drafter at checkpoint folders, or try the UI with --tiny-random.")
+    demo = build_demo(pipeline, concurrency_limit=args.concurrency)
+    demo.launch(server_name=args.host, server_port=args.port, **launch_kwargs())
+
+
+if __name__ == "__main__":
+    main()

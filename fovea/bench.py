@@ -1,0 +1,241 @@
+"""`python -m fovea.bench`: side-by-side decoding benchmark on held-out generated questions.
+
+Every method runs on the same target, the same questions, in the same process, interleaved
+question by question (method order rotated) so machine drift cancels. Reports per task family:
+speedup (ratio of median wall times vs autoregressive, and median of per-question ratios), tau
+with and without the bonus token, draft / verify / commit ms per iteration, tokens/s, and
+losslessness (identical tokens to autoregressive). Writes JSON + Markdown (+ plotly HTML).
+With `--analyses` (on in `--quick`) it also runs the diagnostics of `fovea.analysis` (visual-budget
+sweep, focus drift, grounding score, K distribution) on the first held-out questions and adds them
+to results.json under "analyses", to results.md and as figures. The logic lives in the library.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from fovea.config import FoveaConfig
+from fovea.data import FAMILIES, eval_seeds, make_sample
+from fovea.decoding import run
+from fovea.trace import GenerationResult
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    kind: str = "fovea"              # "fovea" | "autoregressive" | "hf_prompt_lookup"
+    drafter: str = "fovea"
+    overrides: dict = field(default_factory=dict)
+
+
+METHODS = {m.name: m for m in [
+    Method("autoregressive", kind="autoregressive"),
+    Method("fovea"),
+    Method("no_correction", drafter="no_correction", overrides={"correction": {"enabled": False}}),
+    Method("chain", overrides={"tree": {"chain": True}}),
+    Method("no_depth_embedding", overrides={"retrieval": {"mode": "state_only"}}),
+    Method("no_gate", overrides={"correction": {"use_gate": False}}),
+    Method("correction_depth0", overrides={"correction": {"max_depth": 0}}),
+    Method("correction_depth3", overrides={"correction": {"max_depth": 3}}),
+    Method("random", overrides={"retrieval": {"mode": "random"}}),
+    Method("static", overrides={"retrieval": {"mode": "static"}}),
+    Method("query_agnostic", overrides={"retrieval": {"mode": "query_agnostic"}}),
+    Method("dense", overrides={"retrieval": {"mode": "dense"}}),
+    *[Method(f"fixed_k{k}", overrides={"retrieval": {"mode": "fixed", "fixed_k": k}}) for k in (8, 16, 32, 64)],
+    Method("hf_prompt_lookup", kind="hf_prompt_lookup"),
+]}
+# analyses: run the diagnostics of fovea.analysis by default; analysis_n / analysis_tokens size them
+PRESETS = {
+    "quick": {"n": 6, "max_new_tokens": 32, "methods": ["autoregressive", "fovea", "no_correction", "chain"],
+              "analyses": True, "analysis_n": 3, "analysis_tokens": 16},
+    "default": {"n": 100, "max_new_tokens": 64,
+                "methods": ["autoregressive", "fovea", "no_correction", "chain", "dense", "fixed_k16",
+                            "hf_prompt_lookup"],
+                "analyses": False, "analysis_n": 24, "analysis_tokens": 64},
+}
+
+
+def run_method(pipe, method: Method, image, question, base: FoveaConfig) -> GenerationResult:
+    if method.kind == "hf_prompt_lookup":
+        return hf_prompt_lookup(pipe.target, pipe.target.prepare(image, question), base)
+    cfg = base.replace(**method.overrides)
+    if method.kind == "fovea" and method.drafter not in pipe.drafters:
+        raise SystemExit(f"method {method.name} needs the drafter {method.drafter!r}, which is not loaded")
+    prompt = pipe.target.prepare(image, question)
+    return run(pipe.target, pipe.drafters.get(method.drafter), prompt, cfg,
+               "autoregressive" if method.kind == "autoregressive" else "fovea")
+
+
+@torch.no_grad()
+def hf_prompt_lookup(target, prompt, cfg: FoveaConfig) -> GenerationResult:
+    """transformers' own prompt-lookup assisted generation on the same model (a user's alternative)."""
+    t0 = time.perf_counter()
+    out = target.model.generate(input_ids=prompt.input_ids, **prompt.model_inputs, do_sample=False,
+                                max_new_tokens=cfg.decoding.max_new_tokens, prompt_lookup_num_tokens=5,
+                                pad_token_id=target.tokenizer.pad_token_id)
+    tokens = out[0, prompt.input_ids.shape[1]:].tolist()
+    return GenerationResult(method="hf_prompt_lookup", tokens=tokens, text=target.tokenizer.decode(tokens),
+                            wall_s=time.perf_counter() - t0, prefill_ms=0.0, target_forwards=0)
+
+
+def summarise(rows: list[dict], methods: list[str]) -> dict:
+    """rows: one per (question, method). -> {family: {method: metrics}} plus an "all" family."""
+    out = {}
+    for fam in [*FAMILIES, "all"]:
+        fam_rows = [r for r in rows if fam == "all" or r["family"] == fam]
+        if not fam_rows:
+            continue
+        ar = {r["q"]: r for r in fam_rows if r["method"] == "autoregressive"}
+        out[fam] = {}
+        for m in methods:
+            mr = [r for r in fam_rows if r["method"] == m]
+            wall = [r["wall_s"] for r in mr]
+            per_q = [ar[r["q"]]["wall_s"] / r["wall_s"] for r in mr if r["q"] in ar]
+            taus = [t for r in mr for t in r["accept_lengths"]]
+            iters = [it for r in mr for it in r["iter_ms"]]
+            out[fam][m] = {
+                "n": len(mr),
+                "speedup_ratio_of_medians": statistics.median(ar[q]["wall_s"] for q in ar) / statistics.median(wall)
+                if ar else None,
+                "speedup_median_per_question": statistics.median(per_q) if per_q else None,
+                "tau_with_bonus": statistics.mean(taus) if taus else None,
+                "tau_without_bonus": statistics.mean(taus) - 1 if taus else None,
+                "tokens_per_s": sum(r["n_tokens"] for r in mr) / sum(wall),
+                "draft_ms": statistics.median(i[0] for i in iters) if iters else None,
+                "verify_ms": statistics.median(i[1] for i in iters) if iters else None,
+                "commit_ms": statistics.median(i[2] for i in iters) if iters else None,
+                "lossless": all(r["identical_to_ar"] for r in mr),
+            }
+    return out
+
+
+def markdown(summary: dict, methods: list[str], meta: dict) -> str:
+    lines = [f"Benchmark {meta['date']} on {meta['machine']}; command: `{meta['command']}`", ""]
+    head = "| family | method | speedup (ratio of medians) | speedup (median per q) | tau (+bonus) | tau (no bonus) " \
+           "| tok/s | draft ms | verify ms | commit ms | lossless |"
+    lines += [head, "|" + "---|" * 11]
+
+    def f(v, p=2):
+        return "-" if v is None else f"{v:.{p}f}"
+    for fam, per in summary.items():
+        for m in methods:
+            s = per[m]
+            lines.append(f"| {fam} | {m} | {f(s['speedup_ratio_of_medians'])}x | {f(s['speedup_median_per_question'])}x "
+                         f"| {f(s['tau_with_bonus'])} | {f(s['tau_without_bonus'])} | {f(s['tokens_per_s'], 1)} "
+                         f"| {f(s['draft_ms'])} | {f(s['verify_ms'])} | {f(s['commit_ms'])} | "
+                         f"{'yes' if s['lossless'] else 'NO'} |")
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m fovea.bench", description=__doc__)
+    p.add_argument("--preset", choices=sorted(PRESETS), default="default")
+    p.add_argument("--quick", action="store_true", help="shorthand for --preset quick")
+    p.add_argument("--n", type=int, help="questions (spread over the task families)")
+    p.add_argument("--max-new-tokens", type=int)
+    p.add_argument("--methods", nargs="+", choices=sorted(METHODS))
+    p.add_argument("--target", type=Path)
+    p.add_argument("--drafter", type=Path)
+    p.add_argument("--tiny-random", action="store_true", help="random tiny model (smoke tests, no assets)")
+    p.add_argument("--out", type=Path, default=Path("assets/results/bench"))
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--analyses", action=argparse.BooleanOptionalAction, default=None,
+                   help="also run the diagnostics (visual budget, focus drift, grounding, K); on in --quick")
+    p.add_argument("--analysis-n", type=int, help="questions for the diagnostics (the first of the bench's)")
+    p.add_argument("--analysis-tokens", type=int, help="max new tokens for the diagnostics")
+    return p.parse_args(argv)
+
+
+def held_out(n: int) -> list:
+    """The first n held-out samples, families round-robin (the same questions for every method)."""
+    return [make_sample(s, family=FAMILIES[i % len(FAMILIES)]) for i, s in enumerate(eval_seeds(n))]
+
+
+def run_speed(pipe, samples: list, methods: list[str], base: FoveaConfig) -> list[dict]:
+    """Every method on every sample, interleaved with the method order rotated per question."""
+    rows = []
+    warm = samples[0]
+    for m in methods:                                      # warm-up: first-call allocations
+        run_method(pipe, METHODS[m], warm.image, warm.question, base)
+    for qi, s in enumerate(tqdm(samples, desc="bench", dynamic_ncols=True)):
+        order = methods[qi % len(methods):] + methods[: qi % len(methods)]
+        results = {m: run_method(pipe, METHODS[m], s.image, s.question, base) for m in order}
+        for m, r in results.items():
+            rows.append({"q": qi, "family": s.family, "task": s.task, "method": m, "wall_s": r.wall_s,
+                         "n_tokens": len(r.tokens), "accept_lengths": r.accept_lengths,
+                         "iter_ms": [(it.draft_ms, it.verify_ms, it.commit_ms) for it in r.iterations
+                                     if hasattr(it, "draft_ms")],
+                         "identical_to_ar": r.tokens == results["autoregressive"].tokens})
+    return rows
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    preset = PRESETS["quick" if args.quick else args.preset]
+    n = args.n or preset["n"]
+    methods = args.methods or preset["methods"]
+    if "autoregressive" not in methods:
+        methods = ["autoregressive", *methods]
+    torch.set_num_threads(args.threads)
+    from fovea.pipeline import FoveaPipeline
+
+    pipe = FoveaPipeline.tiny_random() if args.tiny_random else FoveaPipeline.from_pretrained(args.target, args.drafter)
+    base = FoveaConfig().replace(decoding={"max_new_tokens": args.max_new_tokens or preset["max_new_tokens"],
+                                           "trace": True})
+    rows = run_speed(pipe, held_out(n), methods, base)
+    summary = summarise(rows, methods)
+    analyses = None
+    if preset["analyses"] if args.analyses is None else args.analyses:
+        from fovea.analysis import run_analyses
+
+        tokens = args.analysis_tokens or preset["analysis_tokens"]
+        analyses = run_analyses(pipe, held_out(args.analysis_n or preset["analysis_n"]),
+                                base.replace(decoding={"max_new_tokens": tokens}))
+    meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}",
+            "command": "python -m fovea.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "n_questions": n, "max_new_tokens": base.decoding.max_new_tokens, "config": dataclasses.asdict(base)}
+    print(write_results(args.out, meta, summary, rows, methods, analyses))
+
+
+def write_results(out: Path, meta: dict, summary: dict, rows: list[dict], methods: list[str],
+                  analyses: dict | None) -> str:
+    """results.json, results.md and the HTML figures under `out`; returns the Markdown."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(
+        {"meta": meta, "methods": methods, "families": list(summary), "summary": summary, "rows": rows,
+         "analyses": analyses}, indent=1))
+    table = markdown(summary, methods, meta)
+    write_figures(summary, methods, out)
+    if analyses is not None:
+        from fovea.analysis.report import markdown_section, write_figures as write_analysis_figures
+
+        table += markdown_section(analyses)
+        write_analysis_figures(analyses, out)
+    (out / "results.md").write_text(table)
+    return table
+
+
+def write_figures(summary: dict, methods: list[str], out: Path) -> None:
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for m in methods:
+        fams = list(summary)
+        fig.add_bar(name=m, x=fams, y=[summary[f][m]["speedup_ratio_of_medians"] for f in fams])
+    fig.update_layout(title="Speedup over autoregressive decoding (ratio of medians)", barmode="group",
+                      yaxis_title="x", template="plotly_white")
+    fig.write_html(out / "speedup.html", include_plotlyjs="cdn")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""`python -m fovea.train {target,drafter} [options]`: the training entry point.
+
+target  - train the bundled VLM from scratch on generated samples (fovea.training.target)
+drafter - train the FOVEA drafter and the no-correction baseline on the bundled target
+          (fovea.training.drafter_cli)
+Both are seeded, resumable from their --run-dir, show tqdm progress, and write checkpoints, a
+config JSON and metrics.
+"""
+from __future__ import annotations
+
+import sys
+
+
+def main(argv=None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in ("target", "drafter"):
+        sys.exit("usage: python -m fovea.train {target,drafter} [--help]")
+    if argv[0] == "target":
+        from fovea.training.target import main as run
+    else:
+        from fovea.training.drafter_cli import main as run
+    run(argv[1:])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""`python -m fovea.train drafter`: train the bundled FOVEA drafter and, in the same loop on the
+same batches, the no-correction (EAGLE-style) baseline drafter; export both as fp16 safetensors.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from fovea.config import CorrectionConfig
+from fovea.data import make_sample
+from fovea.drafter import Drafter, drafter_config_for
+from fovea.models.bundled import ASSETS, DEFAULT_DRAFTER_DIR, DEFAULT_TARGET_DIR, load_target, save_config_json
+from fovea.training.common import Checkpointer, Timer, append_jsonl, collate, lr_at
+from fovea.training.drafter import train_steps
+
+
+@dataclass(frozen=True)
+class DrafterTrainConfig:
+    batch_size: int = 16
+    lr: float = 1e-3
+    warmup: int = 100
+    total_steps: int = 3000
+    num_layers: int = 1
+    seed: int = 1
+    seed_offset: int = 5_000_000     # training seeds for the drafter data (all < the eval range)
+
+
+def batches(tokenizer, cfg: DrafterTrainConfig, start_step: int):
+    for step in itertools.count(start_step):
+        base = cfg.seed_offset + step * cfg.batch_size
+        ids, att, lab, pixels, _ = collate([make_sample(s) for s in range(base, base + cfg.batch_size)], tokenizer)
+        yield ids, att, lab, pixels
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m fovea.train drafter", description=__doc__)
+    p.add_argument("--target", type=Path, default=DEFAULT_TARGET_DIR)
+    p.add_argument("--out", type=Path, default=DEFAULT_DRAFTER_DIR)
+    p.add_argument("--baseline-out", type=Path, default=ASSETS / "drafter_nocorr")
+    p.add_argument("--run-dir", type=Path, default=Path("runs/drafter"))
+    p.add_argument("--minutes", type=float, default=30.0)
+    p.add_argument("--save-every", type=int, default=50)
+    for f, v in asdict(DrafterTrainConfig()).items():
+        p.add_argument("--" + f.replace("_", "-"), type=type(v), default=v)
+    args = p.parse_args(argv)
+    cfg = DrafterTrainConfig(**{f: getattr(args, f) for f in asdict(DrafterTrainConfig())})
+    target = load_target(args.target)
+    for q in target.model.parameters():
+        q.requires_grad_(False)
+    torch.manual_seed(cfg.seed)
+    dcfg = drafter_config_for(target, cfg.num_layers)
+    fovea = Drafter(dcfg, CorrectionConfig()).bind(target).train()
+    torch.manual_seed(cfg.seed)       # identical initialisation of the shared parts
+    baseline = Drafter(dcfg, CorrectionConfig(enabled=False)).bind(target).train()
+    drafters = {"fovea": fovea, "no_correction": baseline}
+    ccfgs = {"fovea": CorrectionConfig(), "no_correction": CorrectionConfig(enabled=False)}
+    params = [q for d in drafters.values() for q in d.parameters()]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.95))
+    ckpt = Checkpointer(args.run_dir)
+    step, _ = ckpt.load({"fovea": fovea, "no_correction": baseline, "opt": opt})
+    save_config_json(args.run_dir, "train_config.json", cfg)
+    timer = Timer()
+    bar = tqdm(initial=step, total=cfg.total_steps, desc="drafters", dynamic_ncols=True)
+    data = batches(target.tokenizer, cfg, step)
+    last = {}
+
+    def on_step(i, metrics):
+        nonlocal step, last
+        step, last = step + 1, metrics
+        bar.update(1)
+        bar.set_postfix(fovea=f"{metrics['fovea/acc1']:.2f}/{metrics['fovea/acc2']:.2f}",
+                        base=f"{metrics['no_correction/acc1']:.2f}/{metrics['no_correction/acc2']:.2f}")
+        append_jsonl(args.run_dir / "log.jsonl", {"step": step, **metrics})
+        if step % args.save_every == 0:
+            ckpt.save(step, {"fovea": fovea, "no_correction": baseline, "opt": opt})
+
+    while step < cfg.total_steps and timer.minutes() < args.minutes:
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, cfg.total_steps, cfg.lr, cfg.warmup)
+        train_steps(target, drafters, data, ccfgs, opt, 1, on_step)
+    ckpt.save(step, {"fovea": fovea, "no_correction": baseline, "opt": opt})
+    for name, folder in (("fovea", args.out), ("no_correction", args.baseline_out)):
+        drafters[name].eval().save_pretrained(folder)
+        (folder / "train_config.json").write_text(json.dumps({**asdict(cfg), "steps": step}, indent=2))
+        (folder / "metrics.json").write_text(json.dumps(
+            {k.split("/", 1)[1]: v for k, v in last.items() if k.startswith(name + "/")}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""API tests: the app launched in-process on a free port (tiny random model), driven with
+gradio_client. A full run streams rounds then reports the speedup figures; the focus, compare
+and example endpoints work on the user's session; every bad input gets its sentence and the
+next request on the same client still works."""
+import re
+
+import pytest
+from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
+from PIL import Image
+
+from app.ui import build_demo, serve_in_background
+
+EXAMPLE = "assets/examples/scene_1.png"
+SMALL = dict(depth=2, top_k=2, total_tokens=4)          # a small tree keeps each run ~1 s on CPU
+OUT = {name: i for i, name in enumerate(("answer", "baseline", "metrics", "heatmap", "caption", "tree", "scrubber",
+                                         "focus_plot", "filmstrip", "accept_plot", "hist_plot", "timing_plot",
+                                         "summary", "compare_html", "compare_plot"))}
+
+
+
+@pytest.fixture(scope="module")
+def app_url(tiny_pipeline):
+    demo = build_demo(tiny_pipeline)
+    url = serve_in_background(demo)
+    yield url
+    demo.close()
+
+
+@pytest.fixture
+def client(app_url, tmp_path):
+    return Client(app_url, analytics_enabled=False, verbose=False, download_files=str(tmp_path))
+
+
+def run(client, image=EXAMPLE, question="Where is the orange triangle?", **settings):
+    image = handle_file(str(image)) if image is not None else None
+    job = client.submit(image, question, **{**SMALL, "max_new_tokens": 8, **settings}, api_name="/run")
+    final = job.result(timeout=180)
+    return job.outputs(), final
+
+
+def test_full_run_streams_rounds_then_reports_speedup(client):
+    outputs, final = run(client, max_new_tokens=12)
+    live = [o[OUT["summary"]] for o in outputs[:-1] if isinstance(o[OUT["summary"]], dict)
+            and "fovea" in o[OUT["summary"]]]
+    assert live, "no streamed update before the final one"
+    assert all(s["speedup"] is None for s in live)                  # live figures: no speedup yet
+    summary = final[OUT["summary"]]
+    assert summary["fovea"]["done"] and summary["autoregressive"]["done"]
+    assert summary["speedup"] > 0 and summary["fovea"]["tokens_per_s"] > 0
+    assert summary["fovea"]["tokens"] == summary["autoregressive"]["tokens"] == 12
+    assert summary["answer"] == summary["baseline_answer"]           # greedy FOVEA is lossless
+    assert summary["question"] == "Where is the orange triangle?"
+    assert final[OUT["answer"]].count('class="fv-tok') == 12
+    assert "speedup over autoregressive decoding" in final[OUT["metrics"]]
+    assert Image.open(final[OUT["heatmap"]]).size == (384, 384)
+    assert "K = " in final[OUT["caption"]] and "gate g" in final[OUT["caption"]]
+    assert "fv-tree" in final[OUT["tree"]]
+    assert final[OUT["scrubber"]]["maximum"] == summary["focus_steps"] - 1
+    assert final[OUT["focus_plot"]]["type"] == "plotly" and final[OUT["filmstrip"]]
+
+
+def test_scrub_and_compare_use_this_users_last_run(client):
+    run(client)
+    heatmap, caption, tree = client.predict(2, api_name="/scrub")
+    assert re.search(r"Step 3 / \d+", caption) and Image.open(heatmap).size == (384, 384) and "fv-node" in tree
+    table, figure = client.predict("dense", api_name="/compare")
+    assert "dense" in table and "(your run)" in table and figure["type"] == "plotly"
+    table, _ = client.predict("no correction", api_name="/compare")
+    assert table.count("<tr>") == 4                                   # header + your run + 2 variants
+
+
+def test_compare_before_any_run_says_what_to_do(client):
+    with pytest.raises(AppError, match="Run a request first"):
+        client.predict("dense", api_name="/compare")
+
+
+@pytest.mark.parametrize("family", ["scene", "ocr", "chart"])
+def test_random_example_buttons_draw_an_image_and_question(client, family):
+    image, question = client.predict(api_name=f"/random_{family}")
+    assert Image.open(image).size == (128, 128) and question.strip()
+
+
+def _bad_files(folder):
+    big = folder / "big.png"
+    Image.new("1", (10_000, 10_000)).save(big)
+    tiny = folder / "tiny.png"
+    Image.new("RGB", (1, 1)).save(tiny)
+    whole = open(EXAMPLE, "rb").read()
+    truncated = folder / "truncated.png"
+    truncated.write_bytes(whole[: len(whole) // 2])
+    fake = folder / "notes.png"
+    fake.write_text("this is a text file renamed to .png\n")
+    return {"huge": big, "one_pixel": tiny, "truncated": truncated, "not_an_image": fake}
+
+
+BAD_INPUTS = {
+    "no_image": (dict(image=None), "Please upload an image"),
+    "no_question": (dict(question="   "), "Please type a question"),
+    "huge": ({}, "too large to process"),
+    "one_pixel": ({}, "at least 8 x 8 pixels"),
+    "truncated": ({}, "could not be read as an image"),
+    "not_an_image": ({}, "could not be read as an image"),
+    "long_question": (dict(question="why " * 1250), "please keep it under 500 characters"),
+    "zero_tokens": (dict(max_new_tokens=0), "Max new tokens must be a whole number between 1 and 256"),
+    "too_many_tokens": (dict(max_new_tokens=10_000), "Max new tokens must be a whole number between 1 and 256"),
+    "k_min_above_k_max": (dict(k_min=40, k_max=8), "lower K_min or raise K_max"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_gets_its_message_and_the_next_request_works(client, tmp_path, case):
+    change, message = BAD_INPUTS[case]
+    files = _bad_files(tmp_path) if case in ("huge", "one_pixel", "truncated", "not_an_image") else {}
+    change = {"image": files[case], **change} if case in files else change
+    with pytest.raises(AppError) as err:
+        run(client, **change)
+    assert message in str(err.value)
+    assert "Traceback" not in str(err.value)
+    _, final = run(client, max_new_tokens=2)
+    assert final[OUT["summary"]]["speedup"] is not None
+
+
+def _odd_images(folder):
+    src = Image.open(EXAMPLE).convert("RGB")
+    paths = {}
+    for name, img, ext in [("rgba", src.convert("RGBA"), "png"), ("palette", src.convert("P"), "png"),
+                           ("gray", src.convert("L"), "png"), ("gray16", src.convert("I;16"), "png"),
+                           ("cmyk", src.convert("CMYK"), "jpg")]:
+        paths[name] = folder / f"{name}.{ext}"
+        img.save(paths[name])
+    paths["animated"] = folder / "animated.gif"
+    src.save(paths["animated"], save_all=True, append_images=[src.rotate(90), src.rotate(180)], duration=100)
+    return paths
+
+
+def test_odd_image_modes_and_unusual_characters_are_accepted(client, tmp_path):
+    """RGBA, palette, grayscale, 16-bit, CMYK and animated images are converted, not refused;
+    characters the tokenizer never saw still decode (byte-level BPE)."""
+    for name, path in _odd_images(tmp_path).items():
+        _, final = run(client, image=path, max_new_tokens=2)
+        assert final[OUT["summary"]]["image_sha"], name
+    _, final = run(client, question="Was ist das ☃ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \u200b 日本語 🙂?", max_new_tokens=2)
+    assert final[OUT["summary"]]["fovea"]["tokens"] == 2

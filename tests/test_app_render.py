@@ -1,0 +1,275 @@
+"""Unit tests of the app's pure pieces on hand-built trace records: renderers (answer, tree,
+metrics), focus trajectory and heatmaps, plotly figures, settings -> config, and the
+background stream. No model, no UI launched."""
+import threading
+import time
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from app import plots, render
+from app.focus import (FocusStep, colormap, focus_shifts, focus_trajectory, heatmap_overlay, jaccard_distance,
+                       step_caption, step_for_token, top_set, weight_grid)
+from app.settings import SettingsError, config_from_settings, variant_config
+from app.streaming import BackgroundStream
+from fovea.config import FoveaConfig
+from fovea.trace import GenerationResult, IterationTrace, NodeRetrieval, StepTrace
+
+GRID = (8, 8)
+
+
+def retrieval(indices, gate=0.5):
+    w = np.linspace(2, 1, len(indices))
+    return NodeRetrieval(list(indices), list(w / w.sum()), len(indices), gate)
+
+
+@pytest.fixture
+def rounds():
+    """Round 0: accepted path root -> 1 -> 3 (depths 1, 2), bonus 20; node 3 has no retrieval
+    (deeper than the correction depth). Round 1: nothing accepted, bonus 30."""
+    r0 = IterationTrace(
+        iteration=0, tokens=[10, 11, 12, 13, 14, 15], parents=[-1, 0, 0, 1, 1, 3], depths=[0, 1, 1, 2, 2, 3],
+        scores=[0.0, -0.1, -2.0, -0.3, -1.5, -0.6],
+        retrieval={0: retrieval([9, 0, 1], 0.4), 1: retrieval([9, 10], 0.7), 2: retrieval([5], 0.1)},
+        accepted=[1, 3], rejected=[2, 4, 5], emitted=[11, 13, 20], bonus_token=20,
+        draft_ms=2.0, verify_ms=5.0, commit_ms=0.5)
+    r1 = IterationTrace(
+        iteration=1, tokens=[20, 21, 22], parents=[-1, 0, 0], depths=[0, 1, 1], scores=[0.0, -0.5, -0.9],
+        retrieval={0: retrieval(range(63, 43, -1), 0.9)}, accepted=[], rejected=[1, 2], emitted=[30],
+        bonus_token=30, draft_ms=1.0, verify_ms=4.0, commit_ms=0.4)
+    return [r0, r1]
+
+
+@pytest.fixture
+def result(rounds):
+    return GenerationResult("fovea", [10, 11, 13, 20, 30], "text", wall_s=0.5, prefill_ms=3.0, target_forwards=3,
+                            iterations=rounds, accept_lengths=[3, 1], memory_grid=GRID)
+
+
+def test_answer_ids_start_with_the_prefill_token_then_emitted_tokens(rounds):
+    assert render.answer_ids(rounds) == [10, 11, 13, 20, 30]
+    assert render.answer_ids([], first=7) == [7]
+
+
+def test_answer_html_has_one_span_per_token_coloured_by_origin(rounds):
+    out = render.answer_html(rounds, ["<p>", " a", " b", " c", ""])
+    assert out.count('class="fv-tok') == 5
+    assert "&lt;p&gt;" in out and "<p>" not in out                   # token text is escaped
+    assert 'class="fv-tok fv-prefill"' in out
+    assert 'class="fv-tok fv-draft fv-d1" data-iter="0" data-k="0"' in out
+    assert 'class="fv-tok fv-draft fv-d2" data-iter="0" data-k="1"' in out
+    assert 'class="fv-tok fv-bonus" data-iter="0" data-k="2"' in out
+    assert 'class="fv-tok fv-bonus" data-iter="1" data-k="0"' in out
+    assert render.DEPTH_COLOURS[0] in out and render.BONUS_COLOUR in out
+    assert "∅" in out                                                 # an empty token stays visible
+
+
+def test_answer_html_while_nothing_decoded_shows_a_placeholder():
+    assert "fv-empty" in render.answer_html([], [])
+
+
+def test_display_strings_replace_empty_tokens_by_their_id():
+    assert render.display_strings([5, 6], ["a", ""]) == ["a", "⟨6⟩"]
+
+
+def test_tree_html_marks_accepted_rejected_bonus_and_retrieval(rounds):
+    r0 = rounds[0]
+    out = render.tree_html(r0, ["R", "A", "x", "B", "y", "z"], "BON", selected=1)
+    assert out.count('class="fv-node fv-accepted"') == 2
+    assert out.count('class="fv-node fv-rejected"') == 3
+    assert out.count("line-through") == 3
+    assert "BON" in out and "fv-bonus" in out
+    assert out.count("fv-badge") == 3 and "K=2 g=0.70" in out
+    assert "outline:2px" in out and 'data-node="1"' in out
+    # the bonus token hangs under the last accepted node (B), not under the root
+    assert out.index("BON") > out.index(">B<")
+    assert "τ = 3" in out
+
+
+def test_focus_trajectory_follows_the_committed_path_and_skips_baseline_steps(rounds):
+    steps = focus_trajectory([*rounds, StepTrace(0, 5, 1.0)])
+    assert [(s.iteration, s.node) for s in steps] == [(0, 0), (0, 1), (1, 0)]   # node 2 was rejected
+
+
+@pytest.mark.parametrize("iteration,k,expected", [
+    (0, 0, 0),   # draft token 11 was proposed by the root's state
+    (0, 1, 1),   # draft token 13 by node 1's state
+    (0, 2, 1),   # bonus: last accepted node 3 has no retrieval -> its corrected ancestor, node 1
+    (1, 0, 2),   # bonus of a round with nothing accepted -> the round's root
+])
+def test_step_for_token_finds_the_draft_state_that_proposed_it(rounds, iteration, k, expected):
+    assert step_for_token(focus_trajectory(rounds), rounds, iteration, k) == expected
+
+
+def test_step_for_token_without_retrieval_or_out_of_range_is_none(rounds):
+    bare = [IterationTrace(0, [1, 2], [-1, 0], [0, 1], [0.0, -1.0], {}, [1], [], [2, 3], 3)]
+    assert step_for_token(focus_trajectory(bare), bare, 0, 0) is None
+    assert step_for_token(focus_trajectory(rounds), rounds, 5, 0) is None
+
+
+def test_jaccard_distance_and_top16_focus_shifts():
+    assert jaccard_distance({1, 2}, {1, 2}) == 0.0
+    assert jaccard_distance({1, 2}, {3}) == 1.0
+    assert jaccard_distance({1, 2, 3}, {2, 3, 4}) == pytest.approx(0.5)
+    assert jaccard_distance(set(), set()) == 0.0
+    a = NodeRetrieval(list(range(20)), [0.05] * 20, 20, 1.0)
+    b = NodeRetrieval(list(range(4, 24)), [0.05] * 20, 20, 1.0)
+    assert top_set(a) == set(range(16))                               # only the 16 heaviest count
+    steps = [FocusStep(0, 0, a), FocusStep(0, 1, b), FocusStep(1, 0, b)]
+    assert focus_shifts(steps) == pytest.approx([1 - 12 / 20, 0.0])
+
+
+def test_weight_grid_places_weights_row_major_and_ignores_extra_entries():
+    g = weight_grid(NodeRetrieval([0, 9, 64], [0.5, 0.3, 0.2], 3, 1.0), GRID)
+    assert g.shape == GRID and g[0, 0] == 0.5 and g[1, 1] == pytest.approx(0.3) and g.sum() == pytest.approx(0.8)
+
+
+def test_colormap_runs_dark_to_bright():
+    c = colormap(np.array([0.0, 0.5, 1.0]))
+    assert c.shape == (3, 3) and c.dtype == np.uint8
+    assert c[0].sum() < c[1].sum() < c[2].sum()
+
+
+def test_heatmap_overlay_tints_selected_patches_and_dims_the_rest():
+    image = Image.new("RGB", (50, 30), (128, 128, 128))                # any size/aspect: shown as the model's square
+    out = heatmap_overlay(image, NodeRetrieval([0, 63], [0.7, 0.3], 2, 0.5), GRID, side=160)
+    px = np.asarray(out, dtype=int)
+    assert out.size == (160, 160)
+    top_left, bottom_right, middle = px[8, 8], px[150, 150], px[85, 95]
+    assert tuple(middle) == (51, 51, 51)                              # unselected: dimmed to 40%
+    assert abs(top_left - 128).sum() > 30 and abs(bottom_right - 128).sum() > 30
+    assert not np.array_equal(top_left, bottom_right)                 # heavier weight, different colour
+    plain = np.asarray(heatmap_overlay(image, None, GRID, side=160), dtype=int)
+    assert tuple(plain[85, 95]) == (128, 128, 128)
+
+
+def test_step_caption_reports_k_gate_and_proposals(rounds):
+    step = focus_trajectory(rounds)[1]
+    text = step_caption(step, rounds[0], ["R", "A", "x", "B", "y", "z"], 1, 3, GRID)
+    assert "Step 2 / 3" in text and "K = 2" in text and "of 64" in text and "g = 0.70" in text
+    assert "`B` ✓" in text and "`y`" in text
+
+
+def test_stats_metrics_and_speedup(result):
+    fovea = render.stats_from_result(result)
+    assert (fovea.tokens, fovea.target_forwards, fovea.mean_tau) == (5, 3, 2.0)
+    assert fovea.tokens_per_s == pytest.approx(10.0)
+    base = render.RunStats("autoregressive", 5, 1.0, 5, done=True)
+    assert render.speedup(fovea, base) == pytest.approx(2.0)
+    assert render.speedup(fovea, render.RunStats("autoregressive", 2, 0.4, 2)) is None   # baseline not done
+    out = render.metrics_html(fovea, base)
+    assert "2.00×" in out and "10.0" in out and "tokens / target forward" in out
+    assert "FOVEA decoding" in render.metrics_html(render.RunStats("fovea", 1, 0.1, 1), None)
+    s = render.summary(fovea, base, question="q")
+    assert s["speedup"] == 2.0 and s["fovea"]["mean_tau"] == 2.0 and s["question"] == "q"
+
+
+def test_stats_from_records_counts_the_prefill_token_and_forward(rounds):
+    live = render.stats_from_records("fovea", rounds, 0.25)
+    assert (live.tokens, live.target_forwards, live.accept_lengths, live.done) == (5, 3, [3, 1], False)
+    ar = render.stats_from_records("autoregressive", [StepTrace(0, 1, 1.0), StepTrace(1, 2, 1.0)], 0.1)
+    assert (ar.tokens, ar.target_forwards, ar.mean_tau) == (3, 3, 1.0)
+
+
+def test_comparison_table_lists_each_variant():
+    base = render.RunStats("autoregressive", 10, 1.0, 10, done=True)
+    rows = [render.comparison_row("dense", render.RunStats("fovea", 10, 0.5, 4, [3, 3, 2], True), base)]
+    out = render.comparison_html(rows)
+    assert "dense" in out and "2.00×" in out
+    assert "fv-empty" in render.comparison_html([])
+
+
+def test_focus_shift_figure_has_k_bars_and_jaccard_line(rounds):
+    fig = plots.focus_shift_figure(focus_trajectory(rounds))
+    bars, line = fig.data
+    assert list(bars.y) == [3, 2, 20] and len(line.y) == 2
+    assert "No draft state" in plots.focus_shift_figure([]).layout.annotations[0].text
+
+
+def test_analysis_figures(rounds):
+    acc = plots.accept_length_figure(rounds)
+    assert list(acc.data[0].y) == [2, 0] and list(acc.data[1].y) == [1, 1]
+    hist = plots.accept_histogram_figure(rounds)
+    assert list(hist.data[0].x) == [1, 2, 3] and list(hist.data[0].y) == [1, 0, 1]
+    timing = plots.timing_figure(rounds, baseline_forward_ms=3.0)
+    assert [t.name for t in timing.data] == ["draft", "verify", "commit"] and list(timing.data[1].y) == [5.0, 4.0]
+    assert plots.accept_length_figure([StepTrace(0, 1, 1.0)]).layout.annotations
+    comp = plots.comparison_figure([{"variant": "dense", "speedup": 1.5, "mean_tau": 2.0}])
+    assert list(comp.data[0].y) == [1.5]
+
+
+def test_settings_defaults_round_trip_to_the_library_defaults():
+    d = FoveaConfig()
+    values = dict(mode="cumulative", rho=d.retrieval.rho, k_min=d.retrieval.k_min, k_max=d.retrieval.k_max,
+                  fixed_k=d.retrieval.fixed_k, depth=d.tree.depth, top_k=d.tree.top_k,
+                  total_tokens=d.tree.total_tokens, correction=True, correction_depth=d.correction.max_depth,
+                  sampling="greedy", temperature=1.0, top_p=1.0, seed=0, max_new_tokens=d.decoding.max_new_tokens)
+    assert config_from_settings(values) == d
+    assert config_from_settings({**values, "k_min": 4.0}).retrieval.k_min == 4      # sliders send floats
+
+
+@pytest.mark.parametrize("change,phrase", [
+    ({"max_new_tokens": 0}, "Max new tokens must be a whole number between 1 and 256"),
+    ({"max_new_tokens": 10_000}, "Max new tokens must be a whole number between 1 and 256"),
+    ({"max_new_tokens": "lots"}, "Max new tokens must be a number"),
+    ({"k_min": 40, "k_max": 8}, "lower K_min or raise K_max"),
+    ({"mode": "psychic"}, "Retrieval mode must be one of"),
+    ({"rho": float("nan")}, "ρ must be a number between"),
+])
+def test_bad_settings_raise_a_sentence_saying_what_to_change(change, phrase):
+    values = dict(mode="cumulative", rho=0.8, k_min=4, k_max=32, fixed_k=16, depth=5, top_k=4, total_tokens=16,
+                  correction=True, correction_depth=1, sampling="greedy", temperature=1.0, top_p=1.0, seed=0,
+                  max_new_tokens=64)
+    with pytest.raises(SettingsError, match=phrase):
+        config_from_settings({**values, **change})
+
+
+def test_variant_config_switches_mode_or_correction():
+    cfg = FoveaConfig()
+    assert variant_config(cfg, "dense").retrieval.mode == "dense"
+    assert variant_config(cfg, "no correction").correction.enabled is False
+    with pytest.raises(SettingsError):
+        variant_config(cfg, "telepathy")
+
+
+def test_background_stream_keeps_order_and_does_not_pause_the_producer():
+    gaps = []
+
+    def producer():
+        for i in range(5):
+            t = time.perf_counter()
+            yield i
+            gaps.append(time.perf_counter() - t)     # how long the producer waited for its consumer
+
+    seen = []
+    for batch in BackgroundStream(producer()).batches():
+        seen += batch
+        time.sleep(0.05)                             # a slow consumer (rendering)
+    assert seen == [0, 1, 2, 3, 4]
+    assert max(gaps) < 0.04
+
+
+def test_background_stream_reraises_producer_errors_and_stops_on_close():
+    def failing():
+        yield 1
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        for _ in BackgroundStream(failing()).batches():
+            pass
+    stop_seen = threading.Event()
+
+    def endless():
+        try:
+            while True:
+                yield 0
+                time.sleep(0.001)
+        finally:
+            stop_seen.set()
+
+    stream = BackgroundStream(endless())
+    next(stream.batches())
+    stream.close()
+    stream.join(timeout=2)
+    assert stop_seen.is_set()
