@@ -19,9 +19,9 @@ import gradio as gr
 from PIL import Image
 
 from app import plots, render
-from app.streaming import BackgroundStream
 from app.focus import FocusStep, focus_trajectory, heatmap_overlay, step_caption, step_for_token
 from app.settings import SettingsError, config_from_settings, variant_config
+from app.streaming import BackgroundStream
 from fovea.config import FoveaConfig
 from fovea.data import EVAL_SEED_START
 from fovea.pipeline import InputError
@@ -246,7 +246,7 @@ class Callbacks:
             step = s.trajectory[i]
             token = self._strings([s.fovea.iterations[step.iteration].tokens[step.node]])[0].strip() or "␣"
             frames.append((heatmap_overlay(s.image, step.retrieval, self.pipeline.memory_grid, side=160),
-                           f"{i + 1}: {token[:10]} · K={step.retrieval.k}"))
+                           f"{i + 1}: {token[:8]} · K={step.retrieval.k}"))
         return frames
 
     # ---- Analysis: the same request under another retrieval variant ---------------------------

@@ -134,7 +134,8 @@ def _node_label(it: IterationTrace, node: int, strings: list[str], accepted: boo
     badge = ""
     if node in it.retrieval:
         r = it.retrieval[node]
-        badge = f'<small class="fv-badge" title="this draft state read K memory entries; g is the correction gate">K={r.k} g={r.gate:.2f}</small>'
+        badge = (f'<small class="fv-badge" title="this draft state read K memory entries; g is the correction '
+                 f'gate">K={r.k} g={r.gate:.2f}</small>')
     outline = ";outline:2px solid #f43f5e;outline-offset:1px" if selected else ""
     return (f'<span class="fv-node {cls}" style="{style}{outline}" data-node="{node}">{text}'
             f'<small> {note}</small></span>{badge}')
@@ -242,7 +243,8 @@ def comparison_html(rows: list[dict]) -> str:
     """Table of runs of the same request under different retrieval modes (see `summary`)."""
     if not rows:
         return '<div class="fv-empty">Run a request, then pick a mode and press Compare.</div>'
-    head = "<tr><th>variant</th><th>tokens/s</th><th>speedup</th><th>mean τ</th><th>tokens / forward</th><th>wall</th></tr>"
+    head = "".join(f"<th>{h}</th>" for h in ("variant", "tokens/s", "speedup", "mean τ", "tokens / forward", "wall"))
+    head = f"<tr>{head}</tr>"
     body = "".join(
         f"<tr><td>{html.escape(r['variant'])}</td><td>{r['tokens_per_s']:.1f}</td>"
         f"<td>{'—' if r['speedup'] is None else format(r['speedup'], '.2f') + '×'}</td>"

@@ -103,13 +103,18 @@ def _input_column(cap: int, initial: FoveaConfig) -> dict:
     return dict(image=image, question=question, run=run, randoms=randoms, settings=settings)
 
 
+def _html(value: str = "", **kwargs) -> gr.HTML:
+    """A display-only HTML block (no default click handler)."""
+    return gr.HTML(value, js_on_load=None, **kwargs)
+
+
 def _output_column() -> dict:
-    c = {"metrics": gr.HTML(render.metrics_html(None, None), label="Metrics", elem_id="fv-metrics")}
-    gr.HTML(render.legend_html())
+    c = {"metrics": _html(render.metrics_html(None, None), label="Metrics", elem_id="fv-metrics")}
+    _html(render.legend_html())
     c["answer"] = gr.HTML(render.answer_html([], []), label="Answer", js_on_load=TOKEN_CLICK_JS,
                           elem_id="fv-answer")
-    gr.HTML('<div class="fv-label">Autoregressive baseline (same target, same question)</div>')
-    c["baseline"] = gr.HTML(render.plain_answer_html([], "runs after FOVEA finishes"), label="Baseline answer",
+    _html('<div class="fv-label">Autoregressive baseline (same target, same question)</div>')
+    c["baseline"] = _html(render.plain_answer_html([], "runs after FOVEA finishes"), label="Baseline answer",
                             elem_id="fv-baseline")
     with gr.Tabs():
         with gr.Tab("Focus", id="focus"):
@@ -126,11 +131,11 @@ def _output_column() -> dict:
                 with gr.Column(scale=1, min_width=300):
                     c["caption"] = gr.Markdown("Run a request to see where the drafter looks.", label="Caption",
                                                elem_id="fv-caption")
-                    c["tree"] = gr.HTML("", label="Draft tree", elem_id="fv-tree")
+                    c["tree"] = _html("", label="Draft tree", elem_id="fv-tree")
         with gr.Tab("Focus shifts", id="shifts"):
             c["focus_plot"] = gr.Plot(plots.focus_shift_figure([]), label="Focus shifts", show_label=False,
                                      elem_id="fv-focus-plot")
-            c["filmstrip"] = gr.Gallery(label="Focus along the trajectory", columns=6, height=380,
+            c["filmstrip"] = gr.Gallery(label="Focus along the trajectory", columns=4, object_fit="contain",
                                         format="png", elem_id="fv-filmstrip")
         with gr.Tab("Analysis", id="analysis"):
             with gr.Row():
@@ -141,7 +146,7 @@ def _output_column() -> dict:
                 c["variant"] = gr.Dropdown(list(COMPARE_VARIANTS), value=COMPARE_VARIANTS[0], scale=3,
                                            label="Re-run the same request with retrieval variant")
                 c["compare"] = gr.Button("Compare", scale=1)
-            c["compare_html"] = gr.HTML(render.comparison_html([]), label="Comparison table")
+            c["compare_html"] = _html(render.comparison_html([]), label="Comparison table")
             c["compare_plot"] = gr.Plot(plots.comparison_figure([]), label="Comparison", show_label=False)
             with gr.Accordion("Figures of the last request (the API's JSON output)", open=False):
                 c["summary"] = gr.JSON(label="Figures of the last request", show_label=False)

@@ -148,10 +148,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--drafter", type=Path)
     p.add_argument("--tiny-random", action="store_true", help="random tiny model (smoke tests, no assets)")
     p.add_argument("--out", type=Path, default=Path("assets/results/bench"))
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int,
+                   help="torch threads (default 2; 1 with --tiny-random, whose per-op overhead makes a second "
+                        "thread slower, badly so on a busy machine)")
     p.add_argument("--analyses", action=argparse.BooleanOptionalAction, default=None,
                    help="also run the diagnostics (visual budget, focus drift, grounding, K); on in --quick")
-    p.add_argument("--analysis-n", type=int, help="questions for the diagnostics (the first of the bench's)")
+    p.add_argument("--analysis-n", type=int,
+                   help="held-out questions for the diagnostics (the same seeds the bench starts with)")
     p.add_argument("--analysis-tokens", type=int, help="max new tokens for the diagnostics")
     return p.parse_args(argv)
 
@@ -186,7 +189,7 @@ def main(argv=None) -> None:
     methods = args.methods or preset["methods"]
     if "autoregressive" not in methods:
         methods = ["autoregressive", *methods]
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads or (1 if args.tiny_random else 2))
     from fovea.pipeline import FoveaPipeline
 
     pipe = FoveaPipeline.tiny_random() if args.tiny_random else FoveaPipeline.from_pretrained(args.target, args.drafter)

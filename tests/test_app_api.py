@@ -32,6 +32,12 @@ def client(app_url, tmp_path):
     return Client(app_url, analytics_enabled=False, verbose=False, download_files=str(tmp_path))
 
 
+@pytest.fixture(scope="module")
+def light_client(app_url):
+    """One client for the many small requests: shares its session, downloads no output files."""
+    return Client(app_url, analytics_enabled=False, verbose=False, download_files=False)
+
+
 def run(client, image=EXAMPLE, question="Where is the orange triangle?", **settings):
     image = handle_file(str(image)) if image is not None else None
     job = client.submit(image, question, **{**SMALL, "max_new_tokens": 8, **settings}, api_name="/run")
@@ -109,15 +115,15 @@ BAD_INPUTS = {
 
 
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
-def test_bad_input_gets_its_message_and_the_next_request_works(client, tmp_path, case):
+def test_bad_input_gets_its_message_and_the_next_request_works(light_client, tmp_path, case):
     change, message = BAD_INPUTS[case]
     files = _bad_files(tmp_path) if case in ("huge", "one_pixel", "truncated", "not_an_image") else {}
     change = {"image": files[case], **change} if case in files else change
     with pytest.raises(AppError) as err:
-        run(client, **change)
+        run(light_client, **change)
     assert message in str(err.value)
     assert "Traceback" not in str(err.value)
-    _, final = run(client, max_new_tokens=2)
+    _, final = run(light_client, max_new_tokens=2)
     assert final[OUT["summary"]]["speedup"] is not None
 
 
@@ -134,11 +140,11 @@ def _odd_images(folder):
     return paths
 
 
-def test_odd_image_modes_and_unusual_characters_are_accepted(client, tmp_path):
+def test_odd_image_modes_and_unusual_characters_are_accepted(light_client, tmp_path):
     """RGBA, palette, grayscale, 16-bit, CMYK and animated images are converted, not refused;
     characters the tokenizer never saw still decode (byte-level BPE)."""
     for name, path in _odd_images(tmp_path).items():
-        _, final = run(client, image=path, max_new_tokens=2)
+        _, final = run(light_client, image=path, max_new_tokens=2)
         assert final[OUT["summary"]]["image_sha"], name
-    _, final = run(client, question="Was ist das ☃ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \u200b 日本語 🙂?", max_new_tokens=2)
+    _, final = run(light_client, question="Was ist das ☃ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \u200b 日本語 🙂?", max_new_tokens=2)
     assert final[OUT["summary"]]["fovea"]["tokens"] == 2

@@ -82,10 +82,10 @@ def sweep_sample(pipe, sample: Sample, cfg: FoveaConfig, fractions=FRACTIONS,
     states = []
     while not session.done:
         weight = importance(drafter, session, cfg.retrieval.mode)
-        probes = [probe_accept_length(target, drafter, session, restrict(session.memory, weight, f), cfg)
-                  for f in fractions if f < 1.0]
+        probes = {f: probe_accept_length(target, drafter, session, restrict(session.memory, weight, f), cfg)
+                  for f in fractions if f < 1.0}
         real = next(rounds)                     # the full-memory round, committed as usual
-        lengths = probes + [real.accept_length] * (len(fractions) - len(probes))
+        lengths = [probes.get(f, real.accept_length) for f in fractions]
         states.append({"family": sample.family, "round": real.iteration, "accept_lengths": lengths,
                        "preferred": preferred_budget(lengths, fractions)})
     for s in states:

@@ -34,7 +34,7 @@ def drift_pairs(decoded: list[Decoded], top_n: int = TOP_N) -> list[dict]:
     pairs = []
     for d in decoded:
         sets = [root_retrieval(r) for r in d.rounds]
-        n_pairs = len(sets) - 1
+        n_pairs = len(sets) - 1          # pairs never cross samples: drift is within one answer
         for i in range(n_pairs):
             if sets[i] is None or sets[i + 1] is None:
                 continue

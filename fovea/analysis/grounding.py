@@ -32,6 +32,7 @@ def patch_coverage(mask: np.ndarray, grid: tuple[int, int]) -> np.ndarray:
     """bool mask [H, W] -> fraction of each patch covered [rows, cols] (patches tile the image)."""
     rows, cols = grid
     ph, pw = mask.shape[0] // rows, mask.shape[1] // cols
+    # [rows, ph, cols, pw]: averaging each patch's pixels gives its covered fraction
     return mask[: rows * ph, : cols * pw].reshape(rows, ph, cols, pw).mean(axis=(1, 3))
 
 
@@ -55,6 +56,7 @@ def naming_phrases(labels: list[str]) -> list[list[str]]:
 def label_occurrences(text: str, labels: list[str]) -> list[tuple[int, int, int]]:
     """Whole-word occurrences (start, end, object index) of the objects' naming phrases in text,
     longest phrase first, never overlapping; sorted by start."""
+    # longest first, so "red circle" claims its characters before a bare "circle" of another object
     candidates = sorted(((p, obj) for obj, ps in enumerate(naming_phrases(labels)) for p in ps),
                         key=lambda po: -len(po[0]))
     taken: list[tuple[int, int, int]] = []
@@ -92,9 +94,11 @@ def grounding_states(decoded: list[Decoded], decode: Callable[[list[int]], str],
     states = []
     for d in decoded:
         labels = [o.label for o in d.sample.objects]
+        # names are found in the model's own output, not the reference answer: the two may differ
         named = token_objects(token_spans(decode, d.tokens), label_occurrences(decode(d.tokens), labels))
         on = [on_object_entries(o.mask, grid, threshold) for o in d.sample.objects]
         for rec, pos in zip(d.rounds, first_emitted_positions(d.rounds)):
+            # the root state predicted the round's first emitted token, whether accepted or the bonus
             got = root_retrieval(rec)
             obj = named[pos] if pos < len(named) else None
             if got is None or obj is None:

@@ -1,0 +1,34 @@
+"""Smoke test of `python -m fovea.bench --quick` on the tiny random model: the output files exist
+and results.json has the expected schema. Timings and speedups are not checked (random weights)."""
+import json
+
+from fovea.analysis import ANALYSES, CONTROL_MODES
+from fovea.bench import PRESETS, main
+from fovea.data import FAMILIES
+
+METRICS = {"n", "speedup_ratio_of_medians", "speedup_median_per_question", "tau_with_bonus", "tau_without_bonus",
+           "tokens_per_s", "draft_ms", "verify_ms", "commit_ms", "lossless"}
+
+
+def test_quick_preset_writes_results_with_the_expected_schema(tmp_path):
+    main(["--quick", "--tiny-random", "--out", str(tmp_path)])
+    for name in ["results.json", "results.md", "speedup.html", "visual_budget.html", "focus_drift.html",
+                 "grounding.html", "k_distribution.html"]:
+        assert (tmp_path / name).is_file(), name
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["methods"] == PRESETS["quick"]["methods"]
+    assert set(data["families"]) == {*FAMILIES, "all"} == set(data["summary"])
+    for fam, per in data["summary"].items():
+        assert set(per) == set(data["methods"])
+        for m, metrics in per.items():
+            assert set(metrics) == METRICS, (fam, m)
+            assert metrics["lossless"] is True, (fam, m)     # greedy speculative == greedy autoregressive
+    analyses = data["analyses"]
+    assert set(analyses) == {*ANALYSES, "meta"}
+    budget = analyses["visual_budget"]
+    assert budget["budgets"] == ["0", "25", "50", "75", "100"] and budget["decode_matches_autoregressive"] is True
+    assert {"preferred_share", "mean_accept_length", "early", "late", "per_family", "states"} <= set(budget)
+    assert {"mean", "early", "late", "n_pairs", "per_family"} <= set(analyses["focus_drift"])
+    assert set(analyses["grounding"]["modes"]) == {"cumulative", *CONTROL_MODES}
+    assert "all" in analyses["k_distribution"]["per_family"]
+    assert "## Analyses" in (tmp_path / "results.md").read_text()
