@@ -26,6 +26,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=None, help="port (default: env GRADIO_SERVER_PORT, else 7860)")
     p.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY,
                    help="decoding requests served at once; the rest wait in the queue")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads per process (default: torch's choice; 1 suits small models on few cores)")
     p.add_argument("--tiny-random", action="store_true",
                    help="use a random-weight tiny model instead (no assets needed; for trying the UI)")
     return p.parse_args(argv)
@@ -37,6 +39,10 @@ def main(argv: list[str] | None = None) -> None:
     from app.ui import build_demo, launch_kwargs
     from fovea.pipeline import FoveaPipeline
 
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     if args.tiny_random:
         pipeline = FoveaPipeline.tiny_random()
     else:

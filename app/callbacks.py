@@ -20,7 +20,7 @@ from PIL import Image
 
 from app import plots, render
 from app.focus import FocusStep, focus_trajectory, heatmap_overlay, step_caption, step_for_token
-from app.settings import SettingsError, config_from_settings, variant_config
+from app.settings import SETTING_NAMES, SettingsError, config_from_settings, variant_config
 from app.streaming import BackgroundStream
 from fovea.config import FoveaConfig
 from fovea.data import EVAL_SEED_START
@@ -90,6 +90,18 @@ class Callbacks:
     def _strings(self, ids: list[int]) -> list[str]:
         return render.display_strings(ids, self.pipeline.token_strings(ids))
 
+    def _validate(self, image, question, settings: dict):
+        with user_errors("reading your input"):
+            img = self.pipeline.validate_image(_image_path(image))
+            q = self.pipeline.validate_question(question)
+            cfg = config_from_settings(settings, self.cap)
+        return img, q, cfg
+
+    def check(self, image, question, *settings) -> None:
+        """The UI's fast pre-step: raise the input's gr.Error before any output is touched
+        (an error in `run` itself would mark every output component as failed)."""
+        self._validate(image, question, dict(zip(SETTING_NAMES, settings)))
+
     # ---- Run: FOVEA streamed, then the autoregressive baseline, then the speedup ----------
     def run(self, image, question, mode, rho, k_min, k_max, fixed_k, depth, top_k, total_tokens, correction,
             correction_depth, sampling, temperature, top_p, seed, max_new_tokens, session=None):
@@ -99,11 +111,7 @@ class Callbacks:
                         total_tokens=total_tokens, correction=correction, correction_depth=correction_depth,
                         sampling=sampling, temperature=temperature, top_p=top_p, seed=seed,
                         max_new_tokens=max_new_tokens)
-        p = self.pipeline
-        with user_errors("reading your input"):
-            img = p.validate_image(_image_path(image))
-            q = p.validate_question(question)
-            cfg = config_from_settings(settings, self.cap)
+        img, q, cfg = self._validate(image, question, settings)
         with user_errors("decoding"):
             fovea = yield from self._stream_fovea(img, q, cfg)
             fovea_stats = render.stats_from_result(fovea)
@@ -246,7 +254,7 @@ class Callbacks:
             step = s.trajectory[i]
             token = self._strings([s.fovea.iterations[step.iteration].tokens[step.node]])[0].strip() or "␣"
             frames.append((heatmap_overlay(s.image, step.retrieval, self.pipeline.memory_grid, side=160),
-                           f"{i + 1}: {token[:8]} · K={step.retrieval.k}"))
+                           f"{i + 1} · K={step.retrieval.k} · {token[:8]}"))
         return frames
 
     # ---- Analysis: the same request under another retrieval variant ---------------------------

@@ -80,7 +80,7 @@ def play(page: Page) -> str:
     before = focus_step(page)
     page.get_by_role("button", name="▶ Play").click()
     text = _wait_step_change(page, before)
-    page.get_by_role("button", name="⏸ Pause").click()
+    page.get_by_role("button", name="❚❚ Pause").click()
     return text
 
 

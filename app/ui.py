@@ -81,7 +81,7 @@ def build_demo(pipeline, concurrency_limit: int = DEFAULT_CONCURRENCY,
             with gr.Column(scale=5, min_width=480):
                 c = _output_column()
         c["session"] = session
-        _wire(demo, cb, inputs, c, concurrency_limit)
+        _wire(cb, inputs, c, concurrency_limit)
     demo.queue(default_concurrency_limit=concurrency_limit, max_size=QUEUE_MAX_SIZE)
     return demo
 
@@ -123,11 +123,11 @@ def _output_column() -> dict:
                     c["heatmap"] = gr.Image(label="Retrieval weights over the image patches", type="pil",
                                             format="png", interactive=False, show_label=False, height=384,
                                             elem_id="fv-heatmap")
-                    c["scrubber"] = gr.Slider(0, 1, value=0, step=1, label="Draft state (step along the decoding)",
+                    c["scrubber"] = gr.Slider(0, 1, value=0, step=1, label="Draft state (decoding step)",
                                               interactive=False, elem_id="fv-scrubber")
                     with gr.Row():
                         c["play"] = gr.Button("▶ Play", size="sm")
-                        c["pause"] = gr.Button("⏸ Pause", size="sm")
+                        c["pause"] = gr.Button("❚❚ Pause", size="sm")
                 with gr.Column(scale=1, min_width=300):
                     c["caption"] = gr.Markdown("Run a request to see where the drafter looks.", label="Caption",
                                                elem_id="fv-caption")
@@ -135,7 +135,7 @@ def _output_column() -> dict:
         with gr.Tab("Focus shifts", id="shifts"):
             c["focus_plot"] = gr.Plot(plots.focus_shift_figure([]), label="Focus shifts", show_label=False,
                                      elem_id="fv-focus-plot")
-            c["filmstrip"] = gr.Gallery(label="Focus along the trajectory", columns=4, object_fit="contain",
+            c["filmstrip"] = gr.Gallery(label="Focus along the trajectory", columns=6, object_fit="contain",
                                         format="png", elem_id="fv-filmstrip")
         with gr.Tab("Analysis", id="analysis"):
             with gr.Row():
@@ -154,15 +154,19 @@ def _output_column() -> dict:
     return c
 
 
-def _wire(demo: gr.Blocks, cb: Callbacks, i: dict, c: dict, limit: int) -> None:
+def _wire(cb: Callbacks, i: dict, c: dict, limit: int) -> None:
+    """Events: i = input components, c = output components (names as in RUN_OUTPUTS)."""
     run_inputs = [i["image"], i["question"], *i["settings"], c["session"]]
     run_outputs = [c[name] for name in RUN_OUTPUTS]
     # preprocess=False: the image arrives as its upload payload, so unreadable files reach the
-    # pipeline's validation (and its message) instead of failing inside gr.Image.preprocess
+    # pipeline's validation (and its message) instead of failing inside gr.Image.preprocess.
+    # The UI checks inputs in a fast step first, so a bad input only raises a toast.
+    check_args = dict(fn=cb.check, inputs=run_inputs[:-1], outputs=None, preprocess=False, api_name=False,
+                      show_progress="hidden")
     run_args = dict(fn=cb.run, inputs=run_inputs, outputs=run_outputs, preprocess=False,
                     concurrency_id="decode", concurrency_limit=limit)
-    i["run"].click(**run_args, api_name="run")
-    i["question"].submit(**run_args, api_name=False)
+    i["run"].click(**check_args).success(**run_args, api_name="run")
+    i["question"].submit(**check_args).success(**run_args, api_name=False)
     for family, button in i["randoms"].items():
         button.click(functools.partial(cb.random_example, family), None, [i["image"], i["question"]],
                      api_name=f"random_{family}")
@@ -174,6 +178,5 @@ def _wire(demo: gr.Blocks, cb: Callbacks, i: dict, c: dict, limit: int) -> None:
     c["pause"].click(lambda: gr.Timer(active=False), None, c["timer"], api_name=False)
     c["timer"].tick(cb.advance, [c["scrubber"], c["session"]], [c["scrubber"], c["timer"]], api_name=False,
                     show_progress="hidden")
-    c["compare"].click(cb.compare, [c["variant"], c["session"]], [c["compare_html"], c["compare_plot"],
-                                                                   c["session"]],
+    c["compare"].click(cb.compare, [c["variant"], c["session"]], [c["compare_html"], c["compare_plot"], c["session"]],
                        api_name="compare", concurrency_id="decode", concurrency_limit=limit)

@@ -70,6 +70,19 @@ def start(target, drafter: Drafter | None, prompt: Prompt, cfg: FoveaConfig) -> 
     return session
 
 
+def verify_tree(target, state: TargetState, tree, cfg: FoveaConfig, generator=None):
+    """One target forward over root + draft nodes with the tree mask (appends them to the cache),
+    then the acceptance rule. -> (target output, accepted node indices, bonus token)."""
+    buffers = build_tree_buffers(tree.parents)
+    out = target.forward(state, torch.tensor(tree.tokens), buffers.depths, buffers.mask)
+    if cfg.decoding.greedy:
+        accepted, bonus = accept_greedy(tree.tokens, tree.parents, out.logits.argmax(-1).tolist())
+    else:
+        probs = process_logits(out.logits, cfg.decoding.temperature, cfg.decoding.top_p)
+        accepted, bonus = accept_sampling(tree.tokens, tree.parents, probs, generator)
+    return out, accepted, bonus
+
+
 @torch.no_grad()
 def speculative_rounds(target, drafter: Drafter, session: Session, cfg: FoveaConfig) -> Iterator[IterationTrace]:
     it = 0
@@ -78,16 +91,9 @@ def speculative_rounds(target, drafter: Drafter, session: Session, cfg: FoveaCon
         # 1. draft a tree rooted at the last emitted token
         tree = draft_tree(drafter, session.draft_state, session.root, session.memory, cfg,
                           trace=cfg.decoding.trace, generator=session.generator)
-        buffers = build_tree_buffers(tree.parents)
         t1 = time.perf_counter()
-        # 2. verify: one target forward over root + draft nodes with the tree mask
-        out = target.forward(session.target_state, torch.tensor(tree.tokens), buffers.depths, buffers.mask)
-        # 3. accept the longest matching path and take the bonus token
-        if cfg.decoding.greedy:
-            accepted, bonus = accept_greedy(tree.tokens, tree.parents, out.logits.argmax(-1).tolist())
-        else:
-            probs = process_logits(out.logits, cfg.decoding.temperature, cfg.decoding.top_p)
-            accepted, bonus = accept_sampling(tree.tokens, tree.parents, probs, session.generator)
+        # 2-3. verify the tree in one target forward, accept a path and take the bonus token
+        out, accepted, bonus = verify_tree(target, session.target_state, tree, cfg, session.generator)
         t2 = time.perf_counter()
         # 4. commit root + accepted path into the target cache, extend the drafter with target features
         keep = torch.tensor([0] + accepted)

@@ -1,8 +1,9 @@
-"""`python -m fovea.train {target,drafter} [options]`: the training entry point.
+"""`python -m fovea.train {target,drafter,evaluate} [options]`: the training entry point.
 
 target  - train the bundled VLM from scratch on generated samples (fovea.training.target)
 drafter - train the FOVEA drafter and the no-correction baseline on the bundled target
           (fovea.training.drafter_cli)
+evaluate - held-out exact-answer accuracy of the bundled target (fovea.training.evaluate)
 Both are seeded, resumable from their --run-dir, show tqdm progress, and write checkpoints, a
 config JSON and metrics.
 """
@@ -13,12 +14,14 @@ import sys
 
 def main(argv=None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("target", "drafter"):
-        sys.exit("usage: python -m fovea.train {target,drafter} [--help]")
+    if not argv or argv[0] not in ("target", "drafter", "evaluate"):
+        sys.exit("usage: python -m fovea.train {target,drafter,evaluate} [--help]")
     if argv[0] == "target":
         from fovea.training.target import main as run
-    else:
+    elif argv[0] == "drafter":
         from fovea.training.drafter_cli import main as run
+    else:
+        from fovea.training.evaluate import main as run
     run(argv[1:])
 
 

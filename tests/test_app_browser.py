@@ -1,8 +1,9 @@
 """Browser test in headless Chromium (Debian `chromium` + Playwright): upload an image, type a
 question, press Run, wait for the streamed answer, move the scrubber, play, click a token, and
 save screenshots. Asserts the heatmap, the highlighted answer, the draft tree and the focus plot
-are on the page. Screenshots go to pytest's tmp dir, or FOVEA_SCREENSHOT_DIR when set
-(`python -m app.screenshots` writes the committed ones under assets/screenshots/)."""
+are on the page, and that a bad input shows its message without clearing them. Screenshots go
+to pytest's tmp dir, or FOVEA_SCREENSHOT_DIR when set (`python -m app.screenshots` writes the
+committed ones under assets/screenshots/)."""
 import os
 import re
 from pathlib import Path
@@ -61,6 +62,12 @@ def test_run_scrub_click_and_screenshot(app_url, tmp_path):
 
         shots = capture(page, out)
         assert page.locator("#fv-focus-plot .js-plotly-plot").count() == 1
+
+        # a bad input raises a toast and leaves the last results on the page
+        page.fill("#fv-question textarea", "")
+        page.click("#fv-run")
+        page.get_by_text("Please type a question about the image.").wait_for(timeout=30_000)
+        assert page.locator("#fv-answer .fv-tok").count() == TOKENS
         browser.close()
     assert all(p.stat().st_size > 20_000 for p in shots.values())
     assert not errors, errors

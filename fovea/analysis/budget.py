@@ -20,11 +20,9 @@ from tqdm import tqdm
 from fovea.analysis.rounds import analysis_config, by_family, is_early, mean
 from fovea.config import FoveaConfig
 from fovea.data import FAMILIES, Sample
-from fovea.decoding import Session, run, speculative_rounds, start
+from fovea.decoding import Session, run, speculative_rounds, start, verify_tree
 from fovea.draft import draft_tree
 from fovea.memory import VisualMemory
-from fovea.tree import build_tree_buffers
-from fovea.verify import accept_greedy
 
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -62,10 +60,8 @@ def probe_accept_length(target, drafter, session: Session, memory: VisualMemory 
     cache (commit keeping none). Neither cache nor the session changes. Bonus token counted."""
     rng = torch.Generator().manual_seed(cfg.decoding.seed)   # never consume the real decode's RNG
     tree = draft_tree(drafter, session.draft_state, session.root, memory, cfg, trace=False, generator=rng)
-    buffers = build_tree_buffers(tree.parents)
-    out = target.forward(session.target_state, torch.tensor(tree.tokens), buffers.depths, buffers.mask)
+    _, accepted, _ = verify_tree(target, session.target_state, tree, cfg, rng)
     target.commit(session.target_state, len(tree.tokens), torch.empty(0, dtype=torch.long))
-    accepted, _ = accept_greedy(tree.tokens, tree.parents, out.logits.argmax(-1).tolist())
     return len(accepted) + 1
 
 
