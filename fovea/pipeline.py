@@ -6,6 +6,7 @@ bad input raises `InputError`, whose message is a sentence telling the user what
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Iterator
@@ -39,6 +40,8 @@ def open_image(image) -> Image.Image:
         try:
             with Image.open(image) as im:
                 return _to_rgb(im)
+        except InputError:
+            raise
         except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as err:
             raise InputError(_unreadable(err)) from err
     if isinstance(image, Image.Image):
@@ -113,7 +116,8 @@ class FoveaPipeline:
         from fovea.data import iter_corpus_text
 
         tok = bundled.train_tokenizer(iter_corpus_text(300), vocab_size=400)
-        model = bundled.build_model(bundled.BundledModelConfig.from_name("tiny"), tok, seed=seed)
+        sizes = dataclasses.replace(bundled.BundledModelConfig.from_name("tiny"), vocab_size=len(tok))
+        model = bundled.build_model(sizes, tok, seed=seed)
         target = bundled.BundledTarget(model, tok)
         torch.manual_seed(seed)
         drafters = {"fovea": Drafter(drafter_config_for(target)).eval(),

@@ -73,7 +73,7 @@ class GenerationResult:
     text: str
     wall_s: float                     # prefill + decode wall time
     prefill_ms: float
-    target_forwards: int              # verification forwards (prefill excluded)
+    target_forwards: int              # target forwards, the prefill counted as one
     iterations: list = field(default_factory=list)   # IterationTrace or StepTrace records (if traced)
     accept_lengths: list[int] = field(default_factory=list)  # per round, bonus counted (always recorded)
     memory_grid: tuple[int, int] | None = None       # (rows, cols) of the visual memory, for heatmaps
