@@ -89,6 +89,8 @@ def main(argv=None) -> None:
     p.add_argument("--minutes", type=float, default=60.0, help="stop after this much wall time")
     p.add_argument("--eval-every", type=int, default=1000)
     p.add_argument("--save-every", type=int, default=200)
+    p.add_argument("--init-from", type=Path, help="continue from an exported model folder (e.g. assets/target) "
+                   "when --run-dir holds no checkpoint; the optimiser state starts fresh")
     for f, v in asdict(TargetTrainConfig()).items():
         p.add_argument("--" + f.replace("_", "-"), type=type(v), default=v)
     args = p.parse_args(argv)
@@ -98,7 +100,10 @@ def main(argv=None) -> None:
     run.mkdir(parents=True, exist_ok=True)
     tok_dir = run / "tokenizer"
     if not (tok_dir / "tokenizer.json").exists():
-        train_tokenizer(iter_corpus_text(20000), cfg.vocab_size).save_pretrained(str(tok_dir))
+        if args.init_from:        # continuing an exported model: its tokenizer, never a new one
+            load_tokenizer(args.init_from).save_pretrained(str(tok_dir))
+        else:
+            train_tokenizer(iter_corpus_text(20000), cfg.vocab_size).save_pretrained(str(tok_dir))
     tokenizer = load_tokenizer(tok_dir)
     model = build_model(BundledModelConfig.from_name(cfg.preset), tokenizer, seed=cfg.seed).train()
     aux = AuxHeads(model.config.text_config.hidden_size)
@@ -106,6 +111,8 @@ def main(argv=None) -> None:
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     ckpt = Checkpointer(run)
     step, extra = ckpt.load({"model": model, "aux": aux, "opt": opt})
+    if step == 0 and args.init_from:
+        step = init_from_export(model, aux, args.init_from)
     save_config_json(run, "train_config.json", cfg)
     timer, bar = Timer(), tqdm(initial=step, total=cfg.total_steps, desc="target", dynamic_ncols=True)
     while step < cfg.total_steps and timer.minutes() < args.minutes:
@@ -130,16 +137,38 @@ def main(argv=None) -> None:
             append_jsonl(run / "eval.jsonl", {"step": step, **acc})
             tqdm.write(f"step {step}: {acc}")
     ckpt.save(step, {"model": model, "aux": aux, "opt": opt})
-    export(model, tokenizer, args.out, cfg, step)
+    export(model, tokenizer, args.out, cfg, step, aux, run)
 
 
-def export(model, tokenizer, out: Path, cfg: TargetTrainConfig, step: int) -> None:
-    """The committed asset: fp16 safetensors + tokenizer + the training config (loaded back as fp32)."""
+def export(model, tokenizer, out: Path, cfg: TargetTrainConfig, step: int, aux: AuxHeads | None = None,
+           run_dir: Path | None = None) -> None:
+    """The committed asset: fp16 safetensors + tokenizer + the training config (loaded back as fp32),
+    the auxiliary heads (so training can continue from the export) and the eval log."""
+    from safetensors.torch import save_file
+
     out.mkdir(parents=True, exist_ok=True)
     model.eval().half().save_pretrained(str(out), safe_serialization=True)
     model.float()
     tokenizer.save_pretrained(str(out))
     (out / "train_config.json").write_text(json.dumps({**asdict(cfg), "steps": step}, indent=2))
+    if aux is not None:
+        save_file({k: v.detach().half().contiguous() for k, v in aux.state_dict().items()},
+                  str(out / "aux_heads.safetensors"))
+    if run_dir is not None and (run_dir / "eval.jsonl").exists():
+        (out / "eval_log.jsonl").write_text((run_dir / "eval.jsonl").read_text())
+
+
+def init_from_export(model, aux: AuxHeads, folder: Path) -> int:
+    """Load an exported model (and its aux heads when present); returns the step it was exported at."""
+    from safetensors.torch import load_file
+    from transformers import LlavaForConditionalGeneration
+
+    exported = LlavaForConditionalGeneration.from_pretrained(str(folder), dtype=torch.float32)
+    model.load_state_dict(exported.state_dict())
+    if (folder / "aux_heads.safetensors").exists():
+        aux.load_state_dict({k: v.float() for k, v in load_file(str(folder / "aux_heads.safetensors")).items()})
+    config = folder / "train_config.json"
+    return int(json.loads(config.read_text()).get("steps", 0)) if config.exists() else 0
 
 
 if __name__ == "__main__":
