@@ -156,6 +156,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--analysis-n", type=int,
                    help="held-out questions for the diagnostics (the same seeds the bench starts with)")
     p.add_argument("--analysis-tokens", type=int, help="max new tokens for the diagnostics")
+    p.add_argument("--cold-start", action="store_true",
+                   help="also time a fresh process loading the bundled default and answering one question")
     return p.parse_args(argv)
 
 
@@ -182,6 +184,29 @@ def run_speed(pipe, samples: list, methods: list[str], base: FoveaConfig) -> lis
     return rows
 
 
+COLD_START_SNIPPET = """
+import time; t0 = time.perf_counter()
+from fovea.config import FoveaConfig
+from fovea.data import make_sample, EVAL_SEED_START
+from fovea.pipeline import FoveaPipeline
+pipe = FoveaPipeline.from_pretrained()
+s = make_sample(EVAL_SEED_START, family="scene")
+r = pipe.generate(s.image, s.question, FoveaConfig())
+print(time.perf_counter() - t0, len(r.tokens))
+"""
+
+
+def cold_start_seconds() -> dict:
+    """A fresh Python process: import, load the bundled default, answer one question (64 tokens max)."""
+    import subprocess
+
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", COLD_START_SNIPPET], capture_output=True, text=True, check=True)
+    inner, tokens = done.stdout.split()[-2:]
+    return {"process_wall_s": round(time.perf_counter() - t0, 2), "in_process_s": round(float(inner), 2),
+            "tokens": int(tokens)}
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     preset = PRESETS["quick" if args.quick else args.preset]
@@ -194,7 +219,7 @@ def main(argv=None) -> None:
 
     pipe = FoveaPipeline.tiny_random() if args.tiny_random else FoveaPipeline.from_pretrained(args.target, args.drafter)
     base = FoveaConfig().replace(decoding={"max_new_tokens": args.max_new_tokens or preset["max_new_tokens"],
-                                           "trace": True})
+                                           "trace": False})
     rows = run_speed(pipe, held_out(n), methods, base)
     summary = summarise(rows, methods)
     analyses = None
@@ -206,7 +231,8 @@ def main(argv=None) -> None:
                                 base.replace(decoding={"max_new_tokens": tokens}))
     meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}",
             "command": "python -m fovea.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "n_questions": n, "max_new_tokens": base.decoding.max_new_tokens, "config": dataclasses.asdict(base)}
+            "n_questions": n, "max_new_tokens": base.decoding.max_new_tokens, "config": dataclasses.asdict(base),
+            "cold_start": cold_start_seconds() if args.cold_start else None}
     print(write_results(args.out, meta, summary, rows, methods, analyses))
 
 

@@ -75,7 +75,7 @@ class DecodingConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int = 0
-    trace: bool = True      # False: skip building trace records (benchmarks)
+    trace: bool = True      # False: skip recording per-node retrieval (benchmarks); rounds are still yielded
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_new_tokens <= 4096:

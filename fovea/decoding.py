@@ -143,9 +143,8 @@ def generate(target, drafter: Drafter | None, prompt: Prompt, cfg: FoveaConfig,
     records, accept_lengths = [], []
     for rec in rounds:
         accept_lengths.append(rec.accept_length if isinstance(rec, IterationTrace) else 1)
-        if cfg.decoding.trace:
-            records.append(rec)
-            yield rec
+        records.append(rec)
+        yield rec
     wall = time.perf_counter() - t0
     finish = "eos" if session.out and session.out[-1] in target.eos_token_ids else "length"
     yield GenerationResult(
