@@ -121,6 +121,10 @@ def summarise(rows: list[dict], methods: list[str]) -> dict:
 
 def markdown(summary: dict, methods: list[str], meta: dict) -> str:
     lines = [f"Benchmark {meta['date']} on {meta['machine']}; command: `{meta['command']}`", ""]
+    if meta.get("cold_start"):
+        c = meta["cold_start"]
+        lines += [f"Cold start (fresh process: import, load the bundled default, answer one question, "
+                  f"{c['tokens']} tokens): {c['process_wall_s']:.1f} s", ""]
     head = "| family | method | speedup (ratio of medians) | speedup (median per q) | tau (+bonus) | tau (no bonus) " \
            "| tok/s | draft ms | verify ms | commit ms | lossless |"
     lines += [head, "|" + "---|" * 11]
