@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterator
 
 import torch
-from PIL import Image, ImageFile, UnidentifiedImageError
+from PIL import Image, UnidentifiedImageError
 
 from fovea.config import CorrectionConfig, FoveaConfig
 from fovea.decoding import generate
@@ -169,6 +169,3 @@ class FoveaPipeline:
             raise InputError(f"Unknown example family {family!r}; choose one of {', '.join(FAMILIES)}.")
         s = make_sample(seed, family=family)
         return s.image, s.question
-
-
-ImageFile.LOAD_TRUNCATED_IMAGES = False
