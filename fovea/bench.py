@@ -33,7 +33,7 @@ from fovea.trace import GenerationResult
 @dataclass(frozen=True)
 class Method:
     name: str
-    kind: str = "fovea"              # "fovea" | "autoregressive" | "hf_prompt_lookup"
+    kind: str = "fovea"              # "fovea" | "autoregressive" | "hf_prompt_lookup" | "hf_assisted"
     drafter: str = "fovea"
     overrides: dict = field(default_factory=dict)
 
@@ -53,21 +53,28 @@ METHODS = {m.name: m for m in [
     Method("dense", overrides={"retrieval": {"mode": "dense"}}),
     *[Method(f"fixed_k{k}", overrides={"retrieval": {"mode": "fixed", "fixed_k": k}}) for k in (8, 16, 32, 64)],
     Method("hf_prompt_lookup", kind="hf_prompt_lookup"),
+    Method("hf_assisted", kind="hf_assisted"),
 ]}
+# the methods whose drafts come from a trained model (the ranking the README reports)
+TRAINED_DRAFTERS = [m.name for m in METHODS.values() if m.kind in ("fovea", "hf_assisted")]
 # analyses: run the diagnostics of fovea.analysis by default; analysis_n / analysis_tokens size them
 PRESETS = {
     "quick": {"n": 6, "max_new_tokens": 32, "methods": ["autoregressive", "fovea", "no_correction", "chain"],
               "analyses": True, "analysis_n": 3, "analysis_tokens": 16},
-    "default": {"n": 100, "max_new_tokens": 64,
-                "methods": ["autoregressive", "fovea", "no_correction", "chain", "dense", "fixed_k16",
-                            "hf_prompt_lookup"],
-                "analyses": False, "analysis_n": 24, "analysis_tokens": 64},
+    "default": {"n": 100, "max_new_tokens": 64, "methods": list(METHODS), "cold_start": True,
+                "analyses": True, "analysis_n": 24, "analysis_tokens": 64},
 }
 
 
-def run_method(pipe, method: Method, image, question, base: FoveaConfig) -> GenerationResult:
+def run_method(pipe, method: Method, image, question, base: FoveaConfig, assistant=None) -> GenerationResult:
     if method.kind == "hf_prompt_lookup":
-        return hf_prompt_lookup(pipe.target, pipe.target.prepare(image, question), base)
+        return hf_generate(pipe.target, pipe.target.prepare(image, question), base, method.name,
+                           prompt_lookup_num_tokens=5)
+    if method.kind == "hf_assisted":
+        if assistant is None:
+            raise SystemExit("method hf_assisted needs an assistant LM (see --assistant)")
+        return hf_generate(pipe.target, pipe.target.prepare(image, question), base, method.name,
+                           assistant_model=assistant)
     cfg = base.replace(**method.overrides)
     if method.kind == "fovea" and method.drafter not in pipe.drafters:
         raise SystemExit(f"method {method.name} needs the drafter {method.drafter!r}, which is not loaded")
@@ -76,15 +83,37 @@ def run_method(pipe, method: Method, image, question, base: FoveaConfig) -> Gene
                "autoregressive" if method.kind == "autoregressive" else "fovea")
 
 
+def load_assistant(folder: Path | None, pipe, tiny_random: bool):
+    """The small LM for `generate(assistant_model=...)`: the committed one, or (tiny-random smoke
+    runs) an untrained one of the right shape."""
+    from transformers import LlamaForCausalLM
+
+    from fovea.models.bundled import DEFAULT_ASSISTANT_DIR
+    from fovea.training.assistant import build_assistant
+
+    if tiny_random:
+        return build_assistant(pipe.target.model.config, pipe.target.tokenizer).eval()
+    folder = Path(folder or DEFAULT_ASSISTANT_DIR)
+    if not (folder / "config.json").exists():
+        raise SystemExit(f"method hf_assisted needs the assistant LM at {folder}, which is missing; "
+                         "build it with `python -m fovea.train assistant` or drop the method")
+    model = LlamaForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    if model.config.vocab_size != pipe.target.vocab_size:
+        raise SystemExit(f"assistant at {folder} has vocabulary {model.config.vocab_size}, the target "
+                         f"{pipe.target.vocab_size}: they must share the tokenizer")
+    return model
+
+
 @torch.no_grad()
-def hf_prompt_lookup(target, prompt, cfg: FoveaConfig) -> GenerationResult:
-    """transformers' own prompt-lookup assisted generation on the same model (a user's alternative)."""
+def hf_generate(target, prompt, cfg: FoveaConfig, name: str, **assist) -> GenerationResult:
+    """transformers' own `generate()` on the same model with one of its assisted-decoding options
+    (prompt lookup, or a small assistant LM): what a transformers user would pick instead."""
     t0 = time.perf_counter()
     out = target.model.generate(input_ids=prompt.input_ids, **prompt.model_inputs, do_sample=False,
-                                max_new_tokens=cfg.decoding.max_new_tokens, prompt_lookup_num_tokens=5,
-                                pad_token_id=target.tokenizer.pad_token_id)
+                                max_new_tokens=cfg.decoding.max_new_tokens,
+                                pad_token_id=target.tokenizer.pad_token_id, **assist)
     tokens = out[0, prompt.input_ids.shape[1]:].tolist()
-    return GenerationResult(method="hf_prompt_lookup", tokens=tokens, text=target.tokenizer.decode(tokens),
+    return GenerationResult(method=name, tokens=tokens, text=target.tokenizer.decode(tokens),
                             wall_s=time.perf_counter() - t0, prefill_ms=0.0, target_forwards=0)
 
 
@@ -119,25 +148,63 @@ def summarise(rows: list[dict], methods: list[str]) -> dict:
     return out
 
 
+def family_mean_speedup(summary: dict, method: str) -> float | None:
+    """Speedup (ratio of medians) averaged over the task families (not over questions)."""
+    vals = [per[method]["speedup_ratio_of_medians"] for fam, per in summary.items()
+            if fam != "all" and per.get(method, {}).get("speedup_ratio_of_medians") is not None]
+    return statistics.mean(vals) if vals else None
+
+
+def ranking(summary: dict, methods: list[str]) -> list[dict]:
+    """The methods with a trained drafter, best first by speedup averaged over task families."""
+    scored = [{"method": m, "mean_speedup": family_mean_speedup(summary, m)} for m in methods
+              if m in TRAINED_DRAFTERS and family_mean_speedup(summary, m) is not None]
+    return sorted(scored, key=lambda r: -r["mean_speedup"])
+
+
 def markdown(summary: dict, methods: list[str], meta: dict) -> str:
-    lines = [f"Benchmark {meta['date']} on {meta['machine']}; command: `{meta['command']}`", ""]
+    lines = [f"Benchmark {meta['date']} on {meta['machine']}; {meta.get('n_questions')} held-out questions, "
+             f"max {meta.get('max_new_tokens')} new tokens, greedy"
+             + (f"; speed part took {meta['run_minutes']} min" if meta.get("run_minutes") is not None else "")
+             + f". Command: `{meta['command']}`", ""]
     if meta.get("cold_start"):
         c = meta["cold_start"]
         lines += [f"Cold start (fresh process: import, load the bundled default, answer one question, "
                   f"{c['tokens']} tokens): {c['process_wall_s']:.1f} s", ""]
-    head = "| family | method | speedup (ratio of medians) | speedup (median per q) | tau (+bonus) | tau (no bonus) " \
-           "| tok/s | draft ms | verify ms | commit ms | lossless |"
-    lines += [head, "|" + "---|" * 11]
 
     def f(v, p=2):
         return "-" if v is None else f"{v:.{p}f}"
-    for fam, per in summary.items():
+    fams = [fam for fam in summary if fam != "all"]
+
+    def table(fam: str) -> list[str]:
+        rows = ["| method | speedup (ratio of medians) | mean over families | speedup (median per q) | tau (+bonus) "
+                "| tau (no bonus) | tok/s | draft ms | verify ms | commit ms | lossless |", "|" + "---|" * 11]
         for m in methods:
-            s = per[m]
-            lines.append(f"| {fam} | {m} | {f(s['speedup_ratio_of_medians'])}x | {f(s['speedup_median_per_question'])}x "
-                         f"| {f(s['tau_with_bonus'])} | {f(s['tau_without_bonus'])} | {f(s['tokens_per_s'], 1)} "
-                         f"| {f(s['draft_ms'])} | {f(s['verify_ms'])} | {f(s['commit_ms'])} | "
-                         f"{'yes' if s['lossless'] else 'NO'} |")
+            s = summary[fam][m]
+            mean = family_mean_speedup(summary, m) if fam == "all" else None
+            rows.append(f"| {m} | {f(s['speedup_ratio_of_medians'])}x | {f(mean)}x "
+                        f"| {f(s['speedup_median_per_question'])}x | {f(s['tau_with_bonus'])} "
+                        f"| {f(s['tau_without_bonus'])} | {f(s['tokens_per_s'], 1)} | {f(s['draft_ms'])} "
+                        f"| {f(s['verify_ms'])} | {f(s['commit_ms'])} | {'yes' if s['lossless'] else 'NO'} |")
+        return rows
+    lines += ["### All task families pooled", "", *table("all")]
+    lines += ["", "### Per task family: speedup (ratio of medians) / tau with bonus / lossless", "",
+              "| method | " + " | ".join(fams) + " |", "|" + "---|" * (len(fams) + 1)]
+    for m in methods:
+        cells = []
+        for fam in fams:
+            s = summary[fam][m]
+            cells.append(f"{f(s['speedup_ratio_of_medians'])}x / {f(s['tau_with_bonus'])} / "
+                         f"{'yes' if s['lossless'] else 'NO'}")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    ranked = ranking(summary, methods)
+    if ranked:
+        place = next((i + 1 for i, r in enumerate(ranked) if r["method"] == "fovea"), None)
+        lines += ["", "### Trained drafters ranked by speedup averaged over task families", "",
+                  " ".join(f"{i + 1}. {r['method']} ({r['mean_speedup']:.2f}x)" for i, r in enumerate(ranked)), "",
+                  f"FOVEA ranks {place} of {len(ranked)}." if place else "FOVEA was not run."]
+    for fam in fams:
+        lines += ["", f"<details><summary>Family {fam}: every metric</summary>", "", *table(fam), "", "</details>"]
     return "\n".join(lines) + "\n"
 
 
@@ -150,6 +217,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--methods", nargs="+", choices=sorted(METHODS))
     p.add_argument("--target", type=Path)
     p.add_argument("--drafter", type=Path)
+    p.add_argument("--assistant", type=Path, help="assistant LM folder for hf_assisted (default assets/assistant)")
     p.add_argument("--tiny-random", action="store_true", help="random tiny model (smoke tests, no assets)")
     p.add_argument("--out", type=Path, default=Path("assets/results/bench"))
     p.add_argument("--threads", type=int,
@@ -160,8 +228,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--analysis-n", type=int,
                    help="held-out questions for the diagnostics (the same seeds the bench starts with)")
     p.add_argument("--analysis-tokens", type=int, help="max new tokens for the diagnostics")
-    p.add_argument("--cold-start", action="store_true",
-                   help="also time a fresh process loading the bundled default and answering one question")
+    p.add_argument("--cold-start", action=argparse.BooleanOptionalAction, default=None,
+                   help="also time a fresh process loading the bundled default and answering one question "
+                        "(on in the default preset)")
     return p.parse_args(argv)
 
 
@@ -170,15 +239,15 @@ def held_out(n: int) -> list:
     return [make_sample(s, family=FAMILIES[i % len(FAMILIES)]) for i, s in enumerate(eval_seeds(n))]
 
 
-def run_speed(pipe, samples: list, methods: list[str], base: FoveaConfig) -> list[dict]:
+def run_speed(pipe, samples: list, methods: list[str], base: FoveaConfig, assistant=None) -> list[dict]:
     """Every method on every sample, interleaved with the method order rotated per question."""
     rows = []
     warm = samples[0]
     for m in methods:                                      # warm-up: first-call allocations
-        run_method(pipe, METHODS[m], warm.image, warm.question, base)
+        run_method(pipe, METHODS[m], warm.image, warm.question, base, assistant)
     for qi, s in enumerate(tqdm(samples, desc="bench", dynamic_ncols=True)):
         order = methods[qi % len(methods):] + methods[: qi % len(methods)]
-        results = {m: run_method(pipe, METHODS[m], s.image, s.question, base) for m in order}
+        results = {m: run_method(pipe, METHODS[m], s.image, s.question, base, assistant) for m in order}
         for m, r in results.items():
             rows.append({"q": qi, "family": s.family, "task": s.task, "method": m, "wall_s": r.wall_s,
                          "n_tokens": len(r.tokens), "accept_lengths": r.accept_lengths,
@@ -224,7 +293,9 @@ def main(argv=None) -> None:
     pipe = FoveaPipeline.tiny_random() if args.tiny_random else FoveaPipeline.from_pretrained(args.target, args.drafter)
     base = FoveaConfig().replace(decoding={"max_new_tokens": args.max_new_tokens or preset["max_new_tokens"],
                                            "trace": False})
-    rows = run_speed(pipe, held_out(n), methods, base)
+    assistant = load_assistant(args.assistant, pipe, args.tiny_random) if "hf_assisted" in methods else None
+    t_start = time.perf_counter()
+    rows = run_speed(pipe, held_out(n), methods, base, assistant)
     summary = summarise(rows, methods)
     analyses = None
     if preset["analyses"] if args.analyses is None else args.analyses:
@@ -236,7 +307,9 @@ def main(argv=None) -> None:
     meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}",
             "command": "python -m fovea.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
             "n_questions": n, "max_new_tokens": base.decoding.max_new_tokens, "config": dataclasses.asdict(base),
-            "cold_start": cold_start_seconds() if args.cold_start else None}
+            "cold_start": cold_start_seconds() if (preset.get("cold_start", False) if args.cold_start is None
+                                                  else args.cold_start) and not args.tiny_random else None}
+    meta["run_minutes"] = round((time.perf_counter() - t_start) / 60, 1)
     print(write_results(args.out, meta, summary, rows, methods, analyses))
 
 
@@ -245,7 +318,8 @@ def write_results(out: Path, meta: dict, summary: dict, rows: list[dict], method
     """results.json, results.md and the HTML figures under `out`; returns the Markdown."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(
-        {"meta": meta, "methods": methods, "families": list(summary), "summary": summary, "rows": rows,
+        {"meta": meta, "methods": methods, "families": list(summary), "summary": summary,
+         "ranking": ranking(summary, methods), "rows": rows,
          "analyses": analyses}, indent=1))
     table = markdown(summary, methods, meta)
     write_figures(summary, methods, out)

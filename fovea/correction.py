@@ -23,6 +23,23 @@ class GatedCorrection(nn.Module):
     def forward(self, h: torch.Tensor, r: torch.Tensor, use_gate: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """h, r [..., D] -> (h + g*c [..., D], g [...]); use_gate=False fixes g = 1 (the "no gate" ablation)."""
         x = torch.cat([h, r], dim=-1)
-        c = self.f(x)
-        g = torch.sigmoid(self.g(x)).squeeze(-1) if use_gate else torch.ones(h.shape[:-1], device=h.device)
+        if self.training or torch.is_grad_enabled() or not use_gate:
+            c = self.f(x)
+            g = torch.sigmoid(self.g(x)).squeeze(-1) if use_gate else torch.ones(h.shape[:-1], device=h.device)
+        else:   # inference: both first layers in one matmul (same numbers up to float summation order)
+            w, b = self._fused_first_layer()
+            a = torch.nn.functional.silu(torch.nn.functional.linear(x, w, b))
+            width = self.f[0].out_features
+            c = self.f[2](a[..., :width])
+            g = torch.sigmoid(self.g[2](a[..., width:])).squeeze(-1)
         return h + g.unsqueeze(-1) * c, g
+
+    def _fused_first_layer(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """[f0; g0] weights and biases, rebuilt whenever a parameter changed (version counters)."""
+        params = (self.f[0].weight, self.f[0].bias, self.g[0].weight, self.g[0].bias)
+        key = tuple((p.data_ptr(), p._version, p.device) for p in params)
+        if getattr(self, "_fused_key", None) != key:
+            self._fused = (torch.cat([self.f[0].weight, self.g[0].weight]).detach(),
+                           torch.cat([self.f[0].bias, self.g[0].bias]).detach())
+            self._fused_key = key
+        return self._fused

@@ -67,6 +67,7 @@ class Retriever(nn.Module):
         s = self.scores(h, depth, memory, cfg.mode)
         probs = torch.softmax(s, dim=-1)                              # [S, N]
         n_valid = memory.valid.sum().expand(h.shape[0])
+        n = s.shape[-1]
         if cfg.mode == "random":
             noise = torch.rand(s.shape, generator=generator).to(s.device).masked_fill(~memory.valid, -1.0)
             order = noise.argsort(-1, descending=True)
@@ -74,8 +75,11 @@ class Retriever(nn.Module):
         elif cfg.mode == "static":
             order = static_order(memory).expand(h.shape[0], -1)
             probs = memory.valid.float().expand_as(s)
-        else:
+        elif cfg.mode == "dense":
             order = probs.argsort(-1, descending=True)
+        else:   # only the best k_max (or fixed_k) entries can ever be selected: a partial sort suffices
+            cap = min(n, cfg.fixed_k if cfg.mode == "fixed" else cfg.k_max)
+            order = probs.topk(cap, dim=-1, sorted=True).indices
         p_sorted = probs.gather(-1, order)
         if cfg.mode == "dense":
             k = n_valid.clone()
@@ -87,9 +91,11 @@ class Retriever(nn.Module):
         keep = torch.arange(width, device=k.device)[None, :] < k[:, None]   # [S, width]
         w = p_sorted[:, :width] * keep
         w = w / w.sum(-1, keepdim=True).clamp_min(1e-12)              # renormalise over the selected set
-        idx = order[:, :width].masked_fill(~keep, -1)
-        readout = w.unsqueeze(-1).mul(memory.values[idx.clamp_min(0)]).sum(1)   # [S, D]
-        return Retrieved(readout=readout, indices=idx, weights=w, k=k)
+        idx = order[:, :width]
+        # r = sum_i alpha_i u_i as one [S, N] @ [N, D] product (pads carry weight 0)
+        dense_w = torch.zeros(h.shape[0], n, dtype=w.dtype, device=w.device).scatter(1, idx, w)
+        readout = dense_w @ memory.values
+        return Retrieved(readout=readout, indices=idx.masked_fill(~keep, -1), weights=w, k=k)
 
 
 def static_order(memory: VisualMemory) -> torch.Tensor:

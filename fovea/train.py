@@ -1,10 +1,12 @@
-"""`python -m fovea.train {target,drafter,evaluate} [options]`: the training entry point.
+"""`python -m fovea.train {target,drafter,assistant,evaluate} [options]`: the training entry point.
 
 target  - train the bundled VLM from scratch on generated samples (fovea.training.target)
 drafter - train the FOVEA drafter and the no-correction baseline on the bundled target
           (fovea.training.drafter_cli)
+assistant - the small assistant LM for transformers' `generate(assistant_model=...)` baseline
+          (fovea.training.assistant)
 evaluate - held-out exact-answer accuracy of the bundled target (fovea.training.evaluate)
-Both are seeded, resumable from their --run-dir, show tqdm progress, and write checkpoints, a
+All are seeded, resumable from their --run-dir, show tqdm progress, and write checkpoints, a
 config JSON and metrics.
 """
 from __future__ import annotations
@@ -14,12 +16,14 @@ import sys
 
 def main(argv=None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("target", "drafter", "evaluate"):
-        sys.exit("usage: python -m fovea.train {target,drafter,evaluate} [--help]")
+    if not argv or argv[0] not in ("target", "drafter", "assistant", "evaluate"):
+        sys.exit("usage: python -m fovea.train {target,drafter,assistant,evaluate} [--help]")
     if argv[0] == "target":
         from fovea.training.target import main as run
     elif argv[0] == "drafter":
         from fovea.training.drafter_cli import main as run
+    elif argv[0] == "assistant":
+        from fovea.training.assistant import main as run
     else:
         from fovea.training.evaluate import main as run
     run(argv[1:])

@@ -32,3 +32,17 @@ def test_quick_preset_writes_results_with_the_expected_schema(tmp_path):
     assert set(analyses["grounding"]["modes"]) == {"cumulative", *CONTROL_MODES}
     assert "all" in analyses["k_distribution"]["per_family"]
     assert "## Analyses" in (tmp_path / "results.md").read_text()
+
+
+def test_transformers_baselines_are_lossless_and_ranked(tmp_path):
+    """The transformers alternatives (prompt lookup, an assistant LM) run through `generate()` on the
+    same target, give the autoregressive tokens, and the ranking covers every trained drafter run."""
+    main(["--tiny-random", "--n", "3", "--max-new-tokens", "12", "--no-analyses", "--out", str(tmp_path),
+          "--methods", "autoregressive", "fovea", "no_correction", "hf_prompt_lookup", "hf_assisted"])
+    data = json.loads((tmp_path / "results.json").read_text())
+    for m in ("hf_prompt_lookup", "hf_assisted"):
+        assert data["summary"]["all"][m]["lossless"] is True, m
+    assert {r["method"] for r in data["ranking"]} == {"fovea", "no_correction", "hf_assisted"}
+    speeds = [r["mean_speedup"] for r in data["ranking"]]
+    assert speeds == sorted(speeds, reverse=True)
+    assert "FOVEA ranks" in (tmp_path / "results.md").read_text()

@@ -27,6 +27,7 @@ PROMPT_TEMPLATE = "USER: {question}\nASSISTANT:"
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 DEFAULT_TARGET_DIR = ASSETS / "target"
 DEFAULT_DRAFTER_DIR = ASSETS / "drafter"
+DEFAULT_ASSISTANT_DIR = ASSETS / "assistant"     # small LM for transformers' assisted generation (bench)
 
 
 @dataclass(frozen=True)

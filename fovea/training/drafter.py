@@ -125,7 +125,8 @@ def train_steps(target, drafters: dict, batches, ccfgs: dict, opt, steps: int, o
             metrics.update({f"{name}/{k}": v for k, v in m.items()} | {f"{name}/loss": loss.item()})
         opt.zero_grad(set_to_none=True)
         total.backward()
-        torch.nn.utils.clip_grad_norm_([p for d in drafters.values() for p in d.parameters()], 1.0)
+        for drafter in drafters.values():   # clipped separately: one drafter's gradients never scale the other's
+            torch.nn.utils.clip_grad_norm_(list(drafter.parameters()), 1.0)
         opt.step()
         history.append(metrics)
         if on_step is not None:

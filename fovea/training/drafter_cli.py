@@ -46,6 +46,9 @@ def main(argv=None) -> None:
     p.add_argument("--run-dir", type=Path, default=Path("runs/drafter"))
     p.add_argument("--minutes", type=float, default=30.0)
     p.add_argument("--save-every", type=int, default=50)
+    p.add_argument("--init-from", type=Path, nargs=2, metavar=("FOVEA_DIR", "BASELINE_DIR"),
+                   help="continue from exported drafters (e.g. assets/drafter assets/drafter_nocorr) when "
+                        "--run-dir holds no checkpoint; the optimiser and the LR schedule start fresh")
     for f, v in asdict(DrafterTrainConfig()).items():
         p.add_argument("--" + f.replace("_", "-"), type=type(v), default=v)
     args = p.parse_args(argv)
@@ -64,6 +67,15 @@ def main(argv=None) -> None:
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.95))
     ckpt = Checkpointer(args.run_dir)
     step, _ = ckpt.load({"fovea": fovea, "no_correction": baseline, "opt": opt})
+    if step == 0 and args.init_from:
+        for drafter, folder in zip((fovea, baseline), args.init_from):
+            drafter.load_state_dict(Drafter.from_pretrained(folder).state_dict())
+        previous = [json.loads((f / "train_config.json").read_text()).get("steps", 0)
+                    if (f / "train_config.json").exists() else 0 for f in args.init_from]
+        if previous[0] != previous[1]:
+            raise SystemExit(f"--init-from drafters were trained for different steps {previous}: not a fair pair")
+        (args.run_dir / "init_from.json").write_text(json.dumps(
+            {"folders": [str(f) for f in args.init_from], "steps_before": previous[0]}))
     save_config_json(args.run_dir, "train_config.json", cfg)
     timer = Timer()
     bar = tqdm(initial=step, total=cfg.total_steps, desc="drafters", dynamic_ncols=True)
@@ -87,7 +99,10 @@ def main(argv=None) -> None:
     ckpt.save(step, {"fovea": fovea, "no_correction": baseline, "opt": opt})
     for name, folder in (("fovea", args.out), ("no_correction", args.baseline_out)):
         drafters[name].eval().save_pretrained(folder)
-        (folder / "train_config.json").write_text(json.dumps({**asdict(cfg), "steps": step}, indent=2))
+        before = json.loads((args.run_dir / "init_from.json").read_text())["steps_before"] \
+            if (args.run_dir / "init_from.json").exists() else 0
+        (folder / "train_config.json").write_text(json.dumps(
+            {**asdict(cfg), "steps": before + step, "steps_this_run": step, "steps_before": before}, indent=2))
         (folder / "metrics.json").write_text(json.dumps(
             {k.split("/", 1)[1]: v for k, v in last.items() if k.startswith(name + "/")}, indent=2))
 
