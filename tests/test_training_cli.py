@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 
+from fovea.data import make_sample
 from fovea.models.bundled import ASSETS, DEFAULT_TARGET_DIR, load_tokenizer
 
 
@@ -47,3 +48,17 @@ def test_drafter_command_continues_from_the_shipped_drafters(tmp_path):
         new, old = Drafter.from_pretrained(folder).state_dict(), Drafter.from_pretrained(shipped).state_dict()
         # continued, not re-initialised: one tiny step barely moves the weights
         assert max(float((new[k] - old[k]).abs().max()) for k in old) < 1e-2
+
+
+def test_target_focus_tasks_are_validated_and_oversampled_deterministically():
+    from fovea.training.target import parse_focus, training_sample
+
+    with pytest.raises(SystemExit, match="unknown task 'scene/flavour'"):
+        parse_focus(["scene/flavour"])
+    focus = parse_focus(["scene/colour", "chart/value"])
+    picks = [training_sample(s, focus, 0.5) for s in range(60)]
+    share = sum((p.family, p.task) in focus for p in picks) / len(picks)
+    assert 0.4 <= share <= 0.85                       # ~0.5 focus draws + the usual mix's own share
+    again = training_sample(7, focus, 0.5)
+    assert (again.question, again.answer) == (picks[7].question, picks[7].answer)
+    assert all(training_sample(s, focus, 0.0).question == make_sample(s).question for s in range(5))

@@ -89,12 +89,19 @@ def main(argv=None) -> None:
     p.add_argument("--minutes", type=float, default=60.0, help="stop after this much wall time")
     p.add_argument("--eval-every", type=int, default=1000)
     p.add_argument("--save-every", type=int, default=200)
+    p.add_argument("--focus-tasks", nargs="+", default=[], metavar="FAMILY/TASK",
+                   help="oversample these tasks (e.g. scene/colour chart/value): a seeded --focus-share of "
+                        "every batch is drawn from them, the rest from the usual mix")
+    p.add_argument("--focus-share", type=float, default=0.5)
     p.add_argument("--init-from", type=Path, help="continue from an exported model folder (e.g. assets/target) "
                    "when --run-dir holds no checkpoint; the optimiser state starts fresh")
     for f, v in asdict(TargetTrainConfig()).items():
         p.add_argument("--" + f.replace("_", "-"), type=type(v), default=v)
     args = p.parse_args(argv)
     cfg = TargetTrainConfig(**{f: getattr(args, f) for f in asdict(TargetTrainConfig())})
+    focus = parse_focus(args.focus_tasks)
+    if not 0.0 <= args.focus_share <= 1.0:
+        raise SystemExit(f"--focus-share must be in [0, 1], got {args.focus_share}")
     torch.manual_seed(cfg.seed)
     run = args.run_dir
     run.mkdir(parents=True, exist_ok=True)
@@ -117,7 +124,7 @@ def main(argv=None) -> None:
     timer, bar = Timer(), tqdm(initial=step, total=cfg.total_steps, desc="target", dynamic_ncols=True)
     while step < cfg.total_steps and timer.minutes() < args.minutes:
         seeds = range(step * cfg.batch_size, (step + 1) * cfg.batch_size)   # deterministic data order
-        batch = collate([make_sample(s) for s in seeds], tokenizer)
+        batch = collate([training_sample(s, focus, args.focus_share) for s in seeds], tokenizer)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg.total_steps, cfg.lr, cfg.warmup)
         lm, aux_loss = train_step(model, aux, batch, cfg.aux_weight)
@@ -138,6 +145,31 @@ def main(argv=None) -> None:
             tqdm.write(f"step {step}: {acc}")
     ckpt.save(step, {"model": model, "aux": aux, "opt": opt})
     export(model, tokenizer, args.out, cfg, step, aux, run)
+
+
+def parse_focus(items: list[str]) -> list[tuple[str, str]]:
+    """["scene/colour", ...] -> [("scene", "colour"), ...], checked against the generator's tasks."""
+    from fovea.data import TASKS
+
+    out = []
+    for item in items:
+        family, _, task = item.partition("/")
+        if task not in TASKS.get(family, ()):
+            known = ", ".join(f"{f}/{t}" for f, ts in TASKS.items() for t in ts)
+            raise SystemExit(f"unknown task {item!r}; choose from {known}")
+        out.append((family, task))
+    return out
+
+
+def training_sample(seed: int, focus: list[tuple[str, str]], share: float):
+    """The sample of a training seed; with probability `share` (seeded by the seed) one of the focus tasks."""
+    import random
+
+    rng = random.Random(f"focus/{seed}")
+    if focus and rng.random() < share:
+        family, task = rng.choice(focus)
+        return make_sample(seed, family=family, task=task)
+    return make_sample(seed)
 
 
 def export(model, tokenizer, out: Path, cfg: TargetTrainConfig, step: int, aux: AuxHeads | None = None,
