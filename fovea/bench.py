@@ -157,9 +157,8 @@ def family_mean_speedup(summary: dict, method: str) -> float | None:
 
 def ranking(summary: dict, methods: list[str]) -> list[dict]:
     """The methods with a trained drafter, best first by speedup averaged over task families."""
-    scored = [{"method": m, "mean_speedup": family_mean_speedup(summary, m)} for m in methods
-              if m in TRAINED_DRAFTERS and family_mean_speedup(summary, m) is not None]
-    return sorted(scored, key=lambda r: -r["mean_speedup"])
+    scored = [{"method": m, "mean_speedup": family_mean_speedup(summary, m)} for m in methods if m in TRAINED_DRAFTERS]
+    return sorted((r for r in scored if r["mean_speedup"] is not None), key=lambda r: -r["mean_speedup"])
 
 
 def markdown(summary: dict, methods: list[str], meta: dict) -> str:

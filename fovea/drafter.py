@@ -115,19 +115,20 @@ class Drafter(nn.Module):
         """
         h, depth = h.to(self.device), depth.to(self.device)
         use = correction.enabled and memory is not None and correction.max_depth >= 0
-        n_sel = int((depth <= correction.max_depth).sum()) if use else 0
+        sel = depth <= correction.max_depth
+        n_sel = int(sel.sum()) if use else 0
         pre = h
         got, gate = None, None
         if n_sel == h.shape[0]:        # the usual case: a tree level has one depth, all corrected
             got = self.retriever(h, depth, memory, retrieval, generator)
             pre, gate = self.corrector(h, got.readout, correction.use_gate)
         elif n_sel > 0:
-            sel = depth <= correction.max_depth
             got = self.retriever(h[sel], depth[sel], memory, retrieval, generator)
             corrected, gate = self.corrector(h[sel], got.readout, correction.use_gate)
             pre = h.clone()
             pre[sel] = corrected
         return self.norm(pre) @ self.lm_head_weight.T, got, gate
+
 
 def drafter_config_for(target, num_layers: int = 1) -> DrafterConfig:
     """Drafter shape taken from a target: hidden size, heads / GQA, vocabulary, memory width."""

@@ -19,9 +19,9 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from fovea.data import make_sample
-from fovea.models.bundled import (DEFAULT_ASSISTANT_DIR, DEFAULT_TARGET_DIR, encode_prompt, load_tokenizer,
-                                  save_config_json)
-from fovea.training.common import Checkpointer, Timer, append_jsonl, lr_at
+from fovea.models.bundled import DEFAULT_ASSISTANT_DIR, DEFAULT_TARGET_DIR, load_tokenizer, save_config_json
+from fovea.training.common import (Checkpointer, Timer, add_config_args, append_jsonl, collate_text,
+                                   config_from_args, lr_at)
 
 
 @dataclass(frozen=True)
@@ -53,24 +53,6 @@ def build_assistant(target_config, tokenizer, num_layers: int = 1, seed: int = 0
     return LlamaForCausalLM(cfg)
 
 
-def text_batch(tokenizer, seeds) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(ids, attention mask, answer-only labels) [B, T] for the samples of `seeds`."""
-    rows, labels = [], []
-    for seed in seeds:
-        s = make_sample(seed)
-        prompt = encode_prompt(tokenizer, s.question)
-        answer = tokenizer(" " + s.answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        rows.append(prompt + answer)
-        labels.append([-100] * len(prompt) + answer)
-    width = max(map(len, rows))
-    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
-    lab = torch.full_like(ids, -100)
-    att = torch.zeros_like(ids)
-    for i, (r, l) in enumerate(zip(rows, labels)):
-        ids[i, :len(r)], lab[i, :len(l)], att[i, :len(r)] = torch.tensor(r), torch.tensor(l), 1
-    return ids, att, lab
-
-
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m fovea.train assistant", description=__doc__)
     p.add_argument("--target", type=Path, default=DEFAULT_TARGET_DIR, help="whose tokenizer and shape to use")
@@ -78,10 +60,9 @@ def main(argv=None) -> None:
     p.add_argument("--run-dir", type=Path, default=Path("runs/assistant"))
     p.add_argument("--minutes", type=float, default=15.0)
     p.add_argument("--save-every", type=int, default=100)
-    for f, v in asdict(AssistantTrainConfig()).items():
-        p.add_argument("--" + f.replace("_", "-"), type=type(v), default=v)
+    add_config_args(p, AssistantTrainConfig)
     args = p.parse_args(argv)
-    cfg = AssistantTrainConfig(**{f: getattr(args, f) for f in asdict(AssistantTrainConfig())})
+    cfg = config_from_args(args, AssistantTrainConfig)
     if not (args.target / "config.json").exists():
         raise SystemExit(f"{args.target} is not a target folder (no config.json)")
     from transformers import AutoConfig
@@ -96,7 +77,7 @@ def main(argv=None) -> None:
     loss = None
     while step < cfg.total_steps and timer.minutes() < args.minutes:
         base = cfg.seed_offset + step * cfg.batch_size
-        ids, att, lab = text_batch(tokenizer, range(base, base + cfg.batch_size))
+        ids, att, lab = collate_text([make_sample(i) for i in range(base, base + cfg.batch_size)], tokenizer)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg.total_steps, cfg.lr, cfg.warmup)
         logits = model(input_ids=ids, attention_mask=att).logits[:, :-1]

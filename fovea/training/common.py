@@ -8,6 +8,7 @@ import json
 import math
 import random
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +25,8 @@ def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def collate(samples, tokenizer, max_answer_tokens: int = 96):
-    """Samples -> right-padded input ids, attention mask, answer-only labels, pixels, patch labels."""
+def collate_text(samples, tokenizer, max_answer_tokens: int = 96):
+    """Samples -> right-padded input ids, attention mask and answer-only labels [B, T]."""
     rows, labels = [], []
     for s in samples:
         prompt = encode_prompt(tokenizer, s.question)
@@ -41,11 +42,28 @@ def collate(samples, tokenizer, max_answer_tokens: int = 96):
         ids[i, : len(r)] = torch.tensor(r)
         lab[i, : len(l)] = torch.tensor(l)
         att[i, : len(r)] = 1
+    return ids, att, lab
+
+
+def collate(samples, tokenizer, max_answer_tokens: int = 96):
+    """Samples -> right-padded input ids, attention mask, answer-only labels, pixels, patch labels."""
+    ids, att, lab = collate_text(samples, tokenizer, max_answer_tokens)
     pixels = torch.cat([image_to_pixels(s.image) for s in samples])
     kinds = samples[0].patch_labels.keys()
     patch = {k: torch.from_numpy(np.stack([s.patch_labels[k] for s in samples]).reshape(len(samples), -1))
              for k in kinds}
     return ids, att, lab, pixels, patch
+
+
+def add_config_args(parser, config_cls) -> None:
+    """One `--field-name` option per field of a frozen config dataclass, its default as default."""
+    for f, v in asdict(config_cls()).items():
+        parser.add_argument("--" + f.replace("_", "-"), type=type(v), default=v)
+
+
+def config_from_args(args, config_cls):
+    """The config dataclass from the options `add_config_args` added."""
+    return config_cls(**{f: getattr(args, f) for f in asdict(config_cls())})
 
 
 class Checkpointer:

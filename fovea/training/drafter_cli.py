@@ -16,7 +16,8 @@ from fovea.config import CorrectionConfig
 from fovea.data import make_sample
 from fovea.drafter import Drafter, drafter_config_for
 from fovea.models.bundled import ASSETS, DEFAULT_DRAFTER_DIR, DEFAULT_TARGET_DIR, load_target, save_config_json
-from fovea.training.common import Checkpointer, Timer, append_jsonl, collate, lr_at
+from fovea.training.common import (Checkpointer, Timer, add_config_args, append_jsonl, collate,
+                                   config_from_args, lr_at)
 from fovea.training.drafter import train_steps
 
 
@@ -49,10 +50,9 @@ def main(argv=None) -> None:
     p.add_argument("--init-from", type=Path, nargs=2, metavar=("FOVEA_DIR", "BASELINE_DIR"),
                    help="continue from exported drafters (e.g. assets/drafter assets/drafter_nocorr) when "
                         "--run-dir holds no checkpoint; the optimiser and the LR schedule start fresh")
-    for f, v in asdict(DrafterTrainConfig()).items():
-        p.add_argument("--" + f.replace("_", "-"), type=type(v), default=v)
+    add_config_args(p, DrafterTrainConfig)
     args = p.parse_args(argv)
-    cfg = DrafterTrainConfig(**{f: getattr(args, f) for f in asdict(DrafterTrainConfig())})
+    cfg = config_from_args(args, DrafterTrainConfig)
     target = load_target(args.target)
     for q in target.model.parameters():
         q.requires_grad_(False)
@@ -97,10 +97,10 @@ def main(argv=None) -> None:
             g["lr"] = lr_at(step, cfg.total_steps, cfg.lr, cfg.warmup)
         train_steps(target, drafters, data, ccfgs, opt, 1, on_step)
     ckpt.save(step, {"fovea": fovea, "no_correction": baseline, "opt": opt})
+    before = json.loads((args.run_dir / "init_from.json").read_text())["steps_before"] \
+        if (args.run_dir / "init_from.json").exists() else 0
     for name, folder in (("fovea", args.out), ("no_correction", args.baseline_out)):
         drafters[name].eval().save_pretrained(folder)
-        before = json.loads((args.run_dir / "init_from.json").read_text())["steps_before"] \
-            if (args.run_dir / "init_from.json").exists() else 0
         (folder / "train_config.json").write_text(json.dumps(
             {**asdict(cfg), "steps": before + step, "steps_this_run": step, "steps_before": before}, indent=2))
         (folder / "metrics.json").write_text(json.dumps(

@@ -26,7 +26,6 @@ def probe_accuracy(target, folder: Path, n: int) -> dict | None:
     from safetensors.torch import load_file
 
     from fovea.data import FAMILIES, NUM_LABELS, eval_seeds, make_sample
-    from fovea.models.bundled import image_to_pixels
     from fovea.training.target import AuxHeads
 
     path = folder / "aux_heads.safetensors"

@@ -20,7 +20,8 @@ from tqdm import tqdm
 from fovea.data import NUM_LABELS, eval_seeds, iter_corpus_text, make_sample
 from fovea.models.bundled import (BundledModelConfig, DEFAULT_TARGET_DIR, build_model, encode_prompt,
                                   image_to_pixels, load_tokenizer, save_config_json, train_tokenizer)
-from fovea.training.common import Checkpointer, Timer, append_jsonl, collate, lr_at
+from fovea.training.common import (Checkpointer, Timer, add_config_args, append_jsonl, collate,
+                                   config_from_args, lr_at)
 
 EVAL_TASKS = (("scene", "colour"), ("scene", "count"), ("ocr", "read"))
 
@@ -95,10 +96,9 @@ def main(argv=None) -> None:
     p.add_argument("--focus-share", type=float, default=0.5)
     p.add_argument("--init-from", type=Path, help="continue from an exported model folder (e.g. assets/target) "
                    "when --run-dir holds no checkpoint; the optimiser state starts fresh")
-    for f, v in asdict(TargetTrainConfig()).items():
-        p.add_argument("--" + f.replace("_", "-"), type=type(v), default=v)
+    add_config_args(p, TargetTrainConfig)
     args = p.parse_args(argv)
-    cfg = TargetTrainConfig(**{f: getattr(args, f) for f in asdict(TargetTrainConfig())})
+    cfg = config_from_args(args, TargetTrainConfig)
     focus = parse_focus(args.focus_tasks)
     if not 0.0 <= args.focus_share <= 1.0:
         raise SystemExit(f"--focus-share must be in [0, 1], got {args.focus_share}")
