@@ -42,6 +42,9 @@ METHODS = {m.name: m for m in [
     Method("autoregressive", kind="autoregressive"),
     Method("fovea"),
     Method("no_correction", drafter="no_correction", overrides={"correction": {"enabled": False}}),
+    # the cache-friendly pair: the drafter's cache skips the image; FOVEA and its "- correction" ablation
+    Method("fovea_text", drafter="fovea_text"),
+    Method("no_correction_text", drafter="no_correction_text", overrides={"correction": {"enabled": False}}),
     Method("chain", overrides={"tree": {"chain": True}}),
     Method("no_depth_embedding", overrides={"retrieval": {"mode": "state_only"}}),
     Method("no_gate", overrides={"correction": {"use_gate": False}}),
@@ -59,7 +62,8 @@ METHODS = {m.name: m for m in [
 TRAINED_DRAFTERS = [m.name for m in METHODS.values() if m.kind in ("fovea", "hf_assisted")]
 # analyses: run the diagnostics of fovea.analysis by default; analysis_n / analysis_tokens size them
 PRESETS = {
-    "quick": {"n": 6, "max_new_tokens": 32, "methods": ["autoregressive", "fovea", "no_correction", "chain"],
+    "quick": {"n": 6, "max_new_tokens": 32, "methods": ["autoregressive", "fovea", "no_correction", "chain",
+                                                        "fovea_text", "no_correction_text"],
               "analyses": True, "analysis_n": 3, "analysis_tokens": 16},
     "default": {"n": 100, "max_new_tokens": 64, "methods": list(METHODS), "cold_start": True,
                 "analyses": True, "analysis_n": 24, "analysis_tokens": 64},
@@ -161,6 +165,26 @@ def ranking(summary: dict, methods: list[str]) -> list[dict]:
     return sorted((r for r in scored if r["mean_speedup"] is not None), key=lambda r: -r["mean_speedup"])
 
 
+# FOVEA and its "- correction" ablation with the same drafter context, trained on the same batches
+CORRECTION_PAIRS = (("fovea", "no_correction"), ("fovea_text", "no_correction_text"))
+
+
+def correction_gain(summary: dict, methods: list[str]) -> list[dict]:
+    """Per pair of CORRECTION_PAIRS that ran: FOVEA's pooled speedup over its ablation's (both
+    ratios of medians against the same autoregressive runs) and the two tau (bonus counted)."""
+    out = []
+    for with_c, without in CORRECTION_PAIRS:
+        if with_c in methods and without in methods:
+            a, b = summary["all"][with_c], summary["all"][without]
+            sa, sb = a["speedup_ratio_of_medians"], b["speedup_ratio_of_medians"]
+            out.append({"fovea": with_c, "ablation": without, "gain": sa / sb if sa and sb else None,
+                        "tau": a["tau_with_bonus"], "tau_ablation": b["tau_with_bonus"],
+                        "family_gain": {fam: (summary[fam][with_c]["speedup_ratio_of_medians"] or 0)
+                                        / (summary[fam][without]["speedup_ratio_of_medians"] or float("inf"))
+                                        for fam in summary if fam != "all"}})
+    return out
+
+
 def markdown(summary: dict, methods: list[str], meta: dict) -> str:
     lines = [f"Benchmark {meta['date']} on {meta['machine']}; {meta.get('n_questions')} held-out questions, "
              f"max {meta.get('max_new_tokens')} new tokens, greedy"
@@ -202,6 +226,15 @@ def markdown(summary: dict, methods: list[str], meta: dict) -> str:
         lines += ["", "### Trained drafters ranked by speedup averaged over task families", "",
                   " ".join(f"{i + 1}. {r['method']} ({r['mean_speedup']:.2f}x)" for i, r in enumerate(ranked)), "",
                   f"FOVEA ranks {place} of {len(ranked)}." if place else "FOVEA was not run."]
+    gains = correction_gain(summary, methods)
+    if gains:
+        lines += ["", "### What the correction buys: FOVEA's speedup over its \"- correction\" ablation", "",
+                  "| drafter context | FOVEA / ablation (pooled) | " + " | ".join(fams) + " | tau FOVEA | tau ablation |",
+                  "|" + "---|" * (len(fams) + 4)]
+        for g in gains:
+            ctx = "text only (cache-friendly)" if g["fovea"].endswith("_text") else "full prompt"
+            lines.append(f"| {ctx} | {f(g['gain'])}x | " + " | ".join(f"{f(g['family_gain'][fam])}x" for fam in fams)
+                         + f" | {f(g['tau'])} | {f(g['tau_ablation'])} |")
     for fam in fams:
         lines += ["", f"<details><summary>Family {fam}: every metric</summary>", "", *table(fam), "", "</details>"]
     return "\n".join(lines) + "\n"
@@ -318,7 +351,7 @@ def write_results(out: Path, meta: dict, summary: dict, rows: list[dict], method
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(
         {"meta": meta, "methods": methods, "families": list(summary), "summary": summary,
-         "ranking": ranking(summary, methods), "rows": rows,
+         "ranking": ranking(summary, methods), "correction_gain": correction_gain(summary, methods), "rows": rows,
          "analyses": analyses}, indent=1))
     table = markdown(summary, methods, meta)
     write_figures(summary, methods, out)

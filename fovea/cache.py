@@ -10,11 +10,17 @@ import torch
 
 def compact_tail(cache, n_appended: int, keep: torch.Tensor) -> None:
     """Drop the last `n_appended` entries of every layer except rows `keep` (relative indices,
-    ascending), which move up to follow the committed prefix in order."""
+    ascending), which move up to follow the committed prefix in order. The kept rows are copied
+    in place and the layer becomes a view of its first prefix + len(keep) entries: only the kept
+    rows move (the next append re-allocates the layer anyway)."""
+    k = int(keep.numel())
+    identity = k <= n_appended and bool((keep == torch.arange(k)).all())
     for layer in cache.layers:
         prefix = layer.keys.shape[2] - n_appended
-        if keep.numel() == n_appended and bool((keep == torch.arange(n_appended)).all()):
-            continue
-        idx = (keep + prefix).to(layer.keys.device)        # layers may sit on different GPUs
-        layer.keys = torch.cat([layer.keys[:, :, :prefix], layer.keys.index_select(2, idx)], dim=2)
-        layer.values = torch.cat([layer.values[:, :, :prefix], layer.values.index_select(2, idx)], dim=2)
+        if not identity:
+            idx = (keep + prefix).to(layer.keys.device)        # layers may sit on different GPUs
+            layer.keys[:, :, prefix:prefix + k] = layer.keys.index_select(2, idx)
+            layer.values[:, :, prefix:prefix + k] = layer.values.index_select(2, idx)
+        if k < n_appended:
+            layer.keys = layer.keys[:, :, :prefix + k]
+            layer.values = layer.values[:, :, :prefix + k]

@@ -19,6 +19,9 @@ RETRIEVAL_MODES = (
 )
 
 
+DRAFTER_CONTEXTS = ("full", "text")
+
+
 @dataclass(frozen=True)
 class RetrievalConfig:
     mode: str = "cumulative"
@@ -99,8 +102,14 @@ class DrafterConfig:
     rope_theta: float = 10000.0
     rms_eps: float = 1e-6
     max_positions: int = 4096
+    # what the drafter's own KV cache holds of the prompt: "full" = every prompt position, the
+    # image's too (EAGLE on a VLM); "text" = text positions only (cache-friendly: the image
+    # reaches the drafter only through the visual memory and its correction)
+    context: str = "full"
 
     def __post_init__(self) -> None:
+        if self.context not in DRAFTER_CONTEXTS:
+            raise ValueError(f"drafter context must be one of {DRAFTER_CONTEXTS}, got {self.context!r}")
         if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
             raise ValueError("hidden_size must divide by num_heads, and num_heads by num_kv_heads")
         if not 1 <= self.num_layers <= 2:

@@ -14,7 +14,7 @@ from typing import Iterator
 import torch
 
 from fovea.config import FoveaConfig
-from fovea.draft import DraftState, draft_tree, extend
+from fovea.draft import DraftState, context_pairs, draft_tree, extend
 from fovea.drafter import Drafter
 from fovea.memory import VisualMemory
 from fovea.target import Prompt, TargetState
@@ -63,8 +63,9 @@ def start(target, drafter: Drafter | None, prompt: Prompt, cfg: FoveaConfig) -> 
     memory, draft_state = None, None
     if drafter is not None:
         memory = drafter.encode_memory(target.visual_tokens(prompt), getattr(target, "memory_grid", None))
-        tokens = torch.cat([prompt.input_ids[0, 1:], torch.tensor([first])])
-        draft_state = extend(drafter, None, tokens, out.hidden)
+        seq = torch.cat([prompt.input_ids[0].cpu(), torch.tensor([first])])
+        keep = context_pairs(seq, target.image_token_id) if drafter.cfg.context == "text" else None
+        draft_state = extend(drafter, None, seq[1:], out.hidden, keep)
     session = Session(target_state=state, draft_state=draft_state, memory=memory, root=first, generator=gen)
     _emit(session, [first], target.eos_token_ids, cfg.decoding.max_new_tokens)
     return session

@@ -22,8 +22,13 @@ from fovea.trace import NodeRetrieval
 class DraftState:
     """The drafter's committed KV cache: one entry per (feature, next token) pair, `length` long."""
     past: list                      # per layer (keys, values) [1, H_kv, length, Dh]
-    length: int
+    length: int                     # cached pairs
     root_h: torch.Tensor            # [D] draft state of the current root (predicts depth-1 tokens)
+    next_pos: int = -1              # position of the next pair; == length unless pairs were skipped
+
+    def __post_init__(self) -> None:
+        if self.next_pos < 0:
+            self.next_pos = self.length
 
 
 @dataclass
@@ -35,19 +40,37 @@ class DraftTree:
     retrieval: dict[int, NodeRetrieval] = field(default_factory=dict)
 
 
-def extend(drafter: Drafter, state: DraftState | None, tokens: torch.Tensor, features: torch.Tensor) -> DraftState:
+def context_pairs(input_ids: torch.Tensor, image_token_id: int | None) -> torch.Tensor:
+    """input_ids [T+1] (prompt + first answer token) -> bool [T]: the (feature i, token i+1) pairs a
+    text-context drafter caches, i.e. those with neither side an image placeholder."""
+    if image_token_id is None:
+        return torch.ones(input_ids.shape[0] - 1, dtype=torch.bool)
+    text = input_ids != image_token_id
+    return text[:-1] & text[1:]
+
+
+def extend(drafter: Drafter, state: DraftState | None, tokens: torch.Tensor, features: torch.Tensor,
+           keep: torch.Tensor | None = None) -> DraftState:
     """Append committed pairs: features [T, D] of target positions p..p+T-1 with the tokens [T] that
-    follow them. The last output is the new root's draft state."""
+    follow them. The last output is the new root's draft state. keep [T] bool (prefill of a
+    text-context drafter): cache only those pairs, at their original positions; the last pair
+    must be kept (it yields the root state)."""
     start = 0 if state is None else state.length
+    first_pos = 0 if state is None else state.next_pos
     t = tokens.shape[0]
-    positions = torch.arange(start, start + t)[None]
-    mask = torch.ones(t, start + t, dtype=torch.bool)
+    positions = torch.arange(first_pos, first_pos + t)
+    if keep is not None:
+        if not bool(keep[-1]):
+            raise ValueError("the last committed pair must be kept: it gives the root's draft state")
+        tokens, features, positions = tokens[keep], features[keep], positions[keep]
+    n = tokens.shape[0]
+    mask = torch.ones(n, start + n, dtype=torch.bool)
     mask[:, start:] = torch.tril(mask[:, start:])
-    h, new_kv = drafter.step(tokens[None], features[None], positions, mask[None, None],
+    h, new_kv = drafter.step(tokens[None], features[None], positions[None], mask[None, None],
                              None if state is None else state.past)
     past = new_kv if state is None else [(torch.cat([pk, k], 2), torch.cat([pv, v], 2))
                                          for (pk, pv), (k, v) in zip(state.past, new_kv)]
-    return DraftState(past=past, length=start + t, root_h=h[0, -1])
+    return DraftState(past=past, length=start + n, root_h=h[0, -1], next_pos=first_pos + t)
 
 
 def _record(got, gate, rows: list[int], out: dict) -> None:
@@ -98,7 +121,7 @@ def _expand(drafter, state, frontier, tok, par, dep, hs, tree_kv, kv_nodes) -> N
     tree_kv holds, per layer, the committed cache with every earlier tree level appended."""
     tokens = torch.tensor([tok[n] for n in frontier])[None]
     feats = torch.stack([hs[par[n]] for n in frontier])[None]
-    positions = torch.tensor([state.length - 1 + dep[n] for n in frontier])[None]
+    positions = torch.tensor([state.next_pos - 1 + dep[n] for n in frontier])[None]
     # mask over [committed | earlier tree slots | these nodes]: ancestors and self only
     rows = []
     for i, n in enumerate(frontier):

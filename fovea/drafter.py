@@ -130,8 +130,9 @@ class Drafter(nn.Module):
         return self.norm(pre) @ self.lm_head_weight.T, got, gate
 
 
-def drafter_config_for(target, num_layers: int = 1) -> DrafterConfig:
-    """Drafter shape taken from a target: hidden size, heads / GQA, vocabulary, memory width."""
+def drafter_config_for(target, num_layers: int = 1, context: str = "full") -> DrafterConfig:
+    """Drafter shape taken from a target: hidden size, heads / GQA, vocabulary, memory width;
+    `context` is what its cache holds of the prompt ("full" or "text", see DrafterConfig)."""
     text = target.model.config.get_text_config()
     heads = text.num_attention_heads
     return DrafterConfig(hidden_size=text.hidden_size, num_heads=heads,
@@ -139,7 +140,7 @@ def drafter_config_for(target, num_layers: int = 1) -> DrafterConfig:
                          intermediate_size=text.intermediate_size, num_layers=num_layers,
                          vocab_size=target.vocab_size, memory_dim=text.hidden_size,
                          rope_theta=_rope_theta(text),
-                         rms_eps=float(getattr(text, "rms_norm_eps", 1e-6)))
+                         rms_eps=float(getattr(text, "rms_norm_eps", 1e-6)), context=context)
 
 
 def _rope_theta(text_config) -> float:

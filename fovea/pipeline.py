@@ -104,10 +104,15 @@ class FoveaPipeline:
         tgt = load_backbone(target_ref) if target_ref else bundled.load_target(bundled.DEFAULT_TARGET_DIR)
         drafters = {"fovea": Drafter.from_pretrained(drafter or os.environ.get("FOVEA_DRAFTER")
                                                      or bundled.DEFAULT_DRAFTER_DIR)}
-        default_base = bundled.ASSETS / "drafter_nocorr" if isinstance(tgt, bundled.BundledTarget) else None
+        bundled_target = isinstance(tgt, bundled.BundledTarget)
+        default_base = bundled.ASSETS / "drafter_nocorr" if bundled_target else None
         base_dir = Path(baseline_drafter) if baseline_drafter else default_base
         if base_dir is not None and base_dir.exists():
             drafters["no_correction"] = Drafter.from_pretrained(base_dir)
+        if bundled_target:   # the cache-friendly (text-context) pair, where built
+            for name, folder in bundled.TEXT_CONTEXT_DRAFTER_DIRS.items():
+                if (folder / "config.json").exists():
+                    drafters[name] = Drafter.from_pretrained(folder)
         return cls(tgt, drafters)
 
     @classmethod
@@ -120,8 +125,10 @@ class FoveaPipeline:
         model = bundled.build_model(sizes, tok, seed=seed)
         target = bundled.BundledTarget(model, tok)
         torch.manual_seed(seed)
-        drafters = {"fovea": Drafter(drafter_config_for(target)).eval(),
-                    "no_correction": Drafter(drafter_config_for(target), CorrectionConfig(enabled=False)).eval()}
+        full, text = drafter_config_for(target), drafter_config_for(target, context="text")
+        off = CorrectionConfig(enabled=False)
+        drafters = {"fovea": Drafter(full).eval(), "no_correction": Drafter(full, off).eval(),
+                    "fovea_text": Drafter(text).eval(), "no_correction_text": Drafter(text, off).eval()}
         return cls(target, drafters)
 
     # ---- validation --------------------------------------------------------------------------

@@ -54,6 +54,10 @@ class HFVisionTarget:
         text_cfg = model.config.get_text_config()
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.hidden_size = text_cfg.hidden_size
+        # the placeholder token the projected visual tokens replace (text-context drafters skip it)
+        self.image_token_id = getattr(model.config, "image_token_id", None)
+        if self.image_token_id is None:
+            self.image_token_id = getattr(model.config, "image_token_index", None)
         eos = model.generation_config.eos_token_id if model.generation_config else None
         eos = eos if eos is not None else tokenizer.eos_token_id
         self.eos_token_ids = set(eos if isinstance(eos, (list, tuple)) else [eos])

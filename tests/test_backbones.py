@@ -83,6 +83,27 @@ def test_greedy_fovea_equals_model_generate_for_20_prompts(drafted):
     assert accepted > 0, "no draft token was ever accepted: multi-token commits were not exercised"
 
 
+def test_text_context_drafter_skips_the_image_and_stays_lossless(target):
+    """A cache-friendly (text-context) drafter on a real backbone: its prefill caches only pairs
+    without the backbone's image placeholder, and decoding still equals generate()."""
+    from fovea.decoding import start
+
+    assert target.image_token_id is not None
+    torch.manual_seed(1)
+    drafter = Drafter(drafter_config_for(target, context="text")).bind(target).eval()
+    for img, q in examples(4, offset=700):
+        p = target.prepare(img, q)
+        n_image = int((p.input_ids == target.image_token_id).sum())
+        assert n_image > 0
+        session = start(target, drafter, p, CFG)
+        n_pairs = p.input_ids.shape[1]
+        assert session.draft_state.next_pos == n_pairs
+        assert session.draft_state.length <= n_pairs - n_image      # every image pair skipped
+        ref = target.model.generate(input_ids=p.input_ids, **p.model_inputs, do_sample=False,
+                                    max_new_tokens=CFG.decoding.max_new_tokens)
+        assert run(target, drafter, p, CFG, "fovea").tokens == ref[0, p.input_ids.shape[1]:].tolist()
+
+
 def _fresh_prompt(target, prompt, ids):
     inputs = dict(prompt.model_inputs)
     if "mm_token_type_ids" in inputs:

@@ -32,6 +32,14 @@ def test_quick_preset_writes_results_with_the_expected_schema(tmp_path):
     assert set(analyses["grounding"]["modes"]) == {"cumulative", *CONTROL_MODES}
     assert "all" in analyses["k_distribution"]["per_family"]
     assert "## Analyses" in (tmp_path / "results.md").read_text()
+    gains = data["correction_gain"]      # FOVEA over its ablation, for both drafter contexts
+    assert [(g["fovea"], g["ablation"]) for g in gains] == [("fovea", "no_correction"),
+                                                           ("fovea_text", "no_correction_text")]
+    for g in gains:
+        s = data["summary"]["all"]
+        assert abs(g["gain"] - s[g["fovea"]]["speedup_ratio_of_medians"]
+                   / s[g["ablation"]]["speedup_ratio_of_medians"]) < 1e-9
+    assert "What the correction buys" in (tmp_path / "results.md").read_text()
 
 
 def test_transformers_baselines_are_lossless_and_ranked(tmp_path):

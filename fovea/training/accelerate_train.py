@@ -39,6 +39,7 @@ class RecordTrainConfig:
     weight_decay: float = 0.0
     max_answer_tokens: int = 256
     num_layers: int = 1               # drafter decoder blocks
+    context: str = "full"             # "text": the drafter's cache skips the image (cache-friendly)
     correction: bool = True           # False: the no-correction (EAGLE-style) baseline drafter
     seed: int = 0
     save_every: int = 200             # optimiser steps between checkpoints
@@ -50,12 +51,13 @@ class DrafterObjective(torch.nn.Module):
     """The drafter with its loss as `forward`, so DDP / accelerate see one module call per batch
     (the drafter's own methods `step` / `head` bypass DDP's hooks when called directly)."""
 
-    def __init__(self, drafter: Drafter, correction: CorrectionConfig):
+    def __init__(self, drafter: Drafter, correction: CorrectionConfig, image_token_id: int | None = None):
         super().__init__()
-        self.drafter, self.correction = drafter, correction
+        self.drafter, self.correction, self.image_token_id = drafter, correction, image_token_id
 
     def forward(self, art: dict, ids, loss_mask, att):
-        return drafter_loss(self.drafter, art, ids, loss_mask, att, self.correction)
+        return drafter_loss(self.drafter, art, ids, loss_mask, att, self.correction,
+                            image_token_id=self.image_token_id)
 
 
 class Progress:
@@ -92,8 +94,8 @@ def train(target_ref: str, records_path: Path, out: Path, cfg: RecordTrainConfig
         target = load_backbone(target_ref, device=acc.device)
     target.model.requires_grad_(False)
     ccfg = CorrectionConfig(enabled=cfg.correction)
-    drafter = Drafter(drafter_config_for(target, cfg.num_layers), ccfg).bind(target).train()
-    objective = DrafterObjective(drafter, ccfg)
+    drafter = Drafter(drafter_config_for(target, cfg.num_layers, cfg.context), ccfg).bind(target).train()
+    objective = DrafterObjective(drafter, ccfg, target.image_token_id)
     opt = torch.optim.AdamW(objective.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     loader = torch.utils.data.DataLoader(RecordDataset(records), batch_size=cfg.batch_size, shuffle=True,
                                          collate_fn=Collator(target, cfg.max_answer_tokens),

@@ -77,9 +77,12 @@ def _head_losses(drafter, h, depth, memory_per_row, valid, nxt_feat, nxt_logits,
 
 
 def drafter_loss(drafter: Drafter, art: dict, ids: torch.Tensor, loss_mask: torch.Tensor,
-                 att: torch.Tensor, ccfg: CorrectionConfig, rcfg: RetrievalConfig = RetrievalConfig()):
+                 att: torch.Tensor, ccfg: CorrectionConfig, rcfg: RetrievalConfig = RetrievalConfig(),
+                 image_token_id: int | None = None):
     """Two-step (depth 0 and 1) drafter loss on one batch. loss_mask [B, T]: target positions j
-    whose logits the drafter must match (the token at j+1 is an answer token)."""
+    whose logits the drafter must match (the token at j+1 is an answer token). A text-context
+    drafter (`drafter.cfg.context == "text"`) attends only to pairs without an image placeholder
+    (`image_token_id`), as it caches at run time; positions stay the target's."""
     feats, logits = art["feats"], art["logits"]
     b, t, _ = feats.shape
     memory = [drafter.encode_memory(art["visual"][i]) for i in range(b)] if ccfg.enabled else [None] * b
@@ -87,7 +90,15 @@ def drafter_loss(drafter: Drafter, art: dict, ids: torch.Tensor, loss_mask: torc
     pos = torch.arange(t - 1, device=dev)[None].expand(b, -1)
     causal = torch.tril(torch.ones(t - 1, t - 1, dtype=torch.bool, device=dev))
     pad = att[:, 1:].bool()
-    mask1 = (causal[None] & pad[:, None, :])[:, None]                  # [B, 1, T-1, T-1]
+    keys = pad
+    if drafter.cfg.context == "text":
+        if image_token_id is None:
+            raise ValueError("a text-context drafter needs the target's image_token_id")
+        text = ids != image_token_id
+        keys = pad & text[:, :-1] & text[:, 1:]
+    # every row keeps itself, so image rows (never in the loss) do not softmax over nothing
+    eye = torch.eye(t - 1, dtype=torch.bool, device=dev)[None]
+    mask1 = (causal[None] & (keys[:, None, :] | eye))[:, None]          # [B, 1, T-1, T-1]
     # step 1: pair i = (token i+1, f_i) -> predicts f_{i+1}, logits_{i+1}
     h1, kv1 = drafter.step(ids[:, 1:], feats[:, :-1], pos, mask1, None)
     v1 = loss_mask[:, 1:] & pad
@@ -120,7 +131,8 @@ def train_steps(target, drafters: dict, batches, ccfgs: dict, opt, steps: int, o
         lmask = answer_loss_mask(labels)
         total, metrics = 0.0, {}
         for name, drafter in drafters.items():
-            loss, m = drafter_loss(drafter, art, ids, lmask, att, ccfgs[name])
+            loss, m = drafter_loss(drafter, art, ids, lmask, att, ccfgs[name],
+                                   image_token_id=getattr(target, "image_token_id", None))
             total = total + loss
             metrics.update({f"{name}/{k}": v for k, v in m.items()} | {f"{name}/loss": loss.item()})
         opt.zero_grad(set_to_none=True)

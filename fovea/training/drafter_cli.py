@@ -28,6 +28,7 @@ class DrafterTrainConfig:
     warmup: int = 100
     total_steps: int = 3000
     num_layers: int = 1
+    context: str = "full"            # "text": cache-friendly drafters whose cache skips the image
     seed: int = 1
     seed_offset: int = 5_000_000     # training seeds for the drafter data (all < the eval range)
 
@@ -57,7 +58,7 @@ def main(argv=None) -> None:
     for q in target.model.parameters():
         q.requires_grad_(False)
     torch.manual_seed(cfg.seed)
-    dcfg = drafter_config_for(target, cfg.num_layers)
+    dcfg = drafter_config_for(target, cfg.num_layers, cfg.context)
     fovea = Drafter(dcfg, CorrectionConfig()).bind(target).train()
     torch.manual_seed(cfg.seed)       # identical initialisation of the shared parts
     baseline = Drafter(dcfg, CorrectionConfig(enabled=False)).bind(target).train()

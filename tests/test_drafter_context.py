@@ -1,0 +1,89 @@
+"""Text-context (cache-friendly) drafters: their cache skips the image placeholders, the image
+reaches them only through the visual memory. Training and inference must see the same pairs at
+the same positions, and decoding with them stays lossless."""
+import pytest
+import torch
+
+from fovea.config import CorrectionConfig, DrafterConfig
+from fovea.decoding import run
+from fovea.draft import context_pairs, extend
+from fovea.drafter import Drafter, drafter_config_for
+from fovea.training.drafter import train_steps
+
+from tests.test_lossless import CFG, assert_lossless, prompts, self_distillation_batches
+
+
+def test_context_pairs_skip_every_pair_touching_an_image_placeholder():
+    img = 3
+    seq = torch.tensor([1, img, img, 7, 8, 9])        # BOS, two image tokens, text, first answer token
+    # pairs (i, i+1): (1,3) (3,3) (3,7) (7,8) (8,9)
+    assert context_pairs(seq, img).tolist() == [False, False, False, True, True]
+    assert context_pairs(seq, None).tolist() == [True] * 5
+
+
+def test_drafter_config_rejects_an_unknown_context():
+    with pytest.raises(ValueError, match="context"):
+        DrafterConfig(context="image")
+
+
+def test_extend_refuses_to_drop_the_root_pair(tiny_pipeline):
+    target = tiny_pipeline.target
+    drafter = Drafter(drafter_config_for(target, context="text")).bind(target).eval()
+    feats = torch.randn(3, target.hidden_size)
+    with pytest.raises(ValueError, match="last committed pair"):
+        extend(drafter, None, torch.tensor([5, 6, 7]), feats, torch.tensor([True, True, False]))
+
+
+def test_prefill_matches_the_training_mask(tiny_pipeline):
+    """The root state a text-context drafter gets at run time (cache of text pairs only, original
+    positions) equals the one its training pass computes over the whole sequence with image keys
+    masked out."""
+    target = tiny_pipeline.target
+    torch.manual_seed(0)
+    drafter = Drafter(drafter_config_for(target, context="text")).bind(target).eval()
+    prompt = target.prepare(*tiny_pipeline.random_example("scene", 7))
+    _, out = target.prefill(prompt)
+    seq = torch.cat([prompt.input_ids[0], out.logits[-1].argmax()[None]])
+    keep = context_pairs(seq, target.image_token_id)
+    state = extend(drafter, None, seq[1:], out.hidden, keep)
+    n = seq.shape[0] - 1
+    assert state.length == int(keep.sum()) < n and state.next_pos == n
+
+    keys = keep[None] | torch.eye(n, dtype=torch.bool)
+    mask = (torch.tril(torch.ones(n, n, dtype=torch.bool)) & keys)[None, None]
+    with torch.no_grad():
+        h, _ = drafter.step(seq[1:][None], out.hidden[None].float(), torch.arange(n)[None], mask, None)
+    assert torch.allclose(h[0, -1], state.root_h, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def trained_text_pipeline():
+    from fovea.pipeline import FoveaPipeline
+
+    pipe = FoveaPipeline.tiny_random(seed=2)
+    drafter = pipe.drafters["fovea_text"].train()
+    opt = torch.optim.AdamW(drafter.parameters(), lr=3e-3)
+    train_steps(pipe.target, {"fovea": drafter}, self_distillation_batches(pipe),
+                {"fovea": CorrectionConfig()}, opt, steps=80)
+    pipe.drafters["fovea"] = drafter.eval()   # assert_lossless decodes with drafters["fovea"]
+    return pipe
+
+
+def test_text_context_drafter_is_lossless_untrained(tiny_pipeline):
+    pipe = type(tiny_pipeline)(tiny_pipeline.target, {"fovea": tiny_pipeline.drafters["fovea_text"]})
+    assert_lossless(pipe, prompts(pipe, 20, offset=300))
+
+
+def test_text_context_drafter_is_lossless_trained_and_accepts(trained_text_pipeline):
+    tau = assert_lossless(trained_text_pipeline, prompts(trained_text_pipeline, 20, offset=400))
+    assert tau > 1.5, f"the trained text-context drafter should accept draft tokens (tau {tau:.2f})"
+
+
+def test_text_context_survives_save_and_load(trained_text_pipeline, tmp_path):
+    drafter = trained_text_pipeline.drafters["fovea"]
+    drafter.save_pretrained(tmp_path, dtype=torch.float32)
+    loaded = Drafter.from_pretrained(tmp_path).bind(trained_text_pipeline.target)
+    assert loaded.cfg.context == "text"
+    p = prompts(trained_text_pipeline, 1, offset=500)[0]
+    assert run(trained_text_pipeline.target, loaded, p, CFG, "fovea").tokens == \
+        run(trained_text_pipeline.target, drafter, p, CFG, "fovea").tokens
