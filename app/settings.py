@@ -38,7 +38,7 @@ def settings_panel(cap: int = MAX_NEW_TOKENS_CAP, initial: FoveaConfig = DEFAULT
             k_max = gr.Slider(1, 64, value=r.k_max, step=1, label="K_max")
             fixed_k = gr.Slider(1, 64, value=r.fixed_k, step=1, label="K (fixed / random / static)")
         with gr.Row():
-            depth = gr.Slider(1, 8, value=t.depth, step=1, label="Tree depth")
+            depth = gr.Slider(1, 16, value=t.depth, step=1, label="Tree depth")
             top_k = gr.Slider(1, 8, value=t.top_k, step=1, label="Tree top-k")
             total = gr.Slider(1, 64, value=t.total_tokens, step=1, label="Tree budget (nodes)")
         with gr.Row():

@@ -25,7 +25,7 @@ import torch
 from tqdm import tqdm
 
 from fovea.config import FoveaConfig
-from fovea.data import FAMILIES, eval_seeds, make_sample
+from fovea.data import FAMILIES, eval_seeds, make_sample, tuning_seeds
 from fovea.decoding import run
 from fovea.trace import GenerationResult
 
@@ -68,6 +68,28 @@ PRESETS = {
     "default": {"n": 100, "max_new_tokens": 64, "methods": list(METHODS), "cold_start": True,
                 "analyses": True, "analysis_n": 24, "analysis_tokens": 64},
 }
+
+
+# --tree-sweep: (depth, top_k, total_tokens) shapes compared for FOVEA and its ablation, on tuning
+# questions disjoint from the benchmark's (fovea.data.tuning_seeds); the TreeConfig default comes from it
+TREE_SHAPES = ((5, 4, 16), (5, 8, 32), (7, 2, 12), (7, 2, 16), (8, 2, 16), (9, 2, 16), (9, 3, 20), (11, 2, 16))
+SWEEP_DRAFTERS = ("fovea", "no_correction")
+
+
+def shape_name(method: str, shape: tuple[int, int, int]) -> str:
+    return f"{method}@d{shape[0]}k{shape[1]}n{shape[2]}"
+
+
+def tree_sweep_methods(shapes=TREE_SHAPES, drafters=SWEEP_DRAFTERS) -> dict[str, Method]:
+    """autoregressive plus every (drafter method, tree shape) as its own Method."""
+    out = {"autoregressive": METHODS["autoregressive"]}
+    for depth, top_k, total in shapes:
+        for name in drafters:
+            m = METHODS[name]
+            tree = {"depth": depth, "top_k": top_k, "total_tokens": total}
+            out[shape_name(name, (depth, top_k, total))] = Method(
+                shape_name(name, (depth, top_k, total)), drafter=m.drafter, overrides={**m.overrides, "tree": tree})
+    return out
 
 
 def run_method(pipe, method: Method, image, question, base: FoveaConfig, assistant=None) -> GenerationResult:
@@ -251,7 +273,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--drafter", type=Path)
     p.add_argument("--assistant", type=Path, help="assistant LM folder for hf_assisted (default assets/assistant)")
     p.add_argument("--tiny-random", action="store_true", help="random tiny model (smoke tests, no assets)")
-    p.add_argument("--out", type=Path, default=Path("assets/results/bench"))
+    p.add_argument("--out", type=Path, help="results folder (default assets/results/bench, "
+                   "or assets/results/tree_sweep with --tree-sweep)")
+    p.add_argument("--tree-sweep", action="store_true",
+                   help="compare tree shapes (TREE_SHAPES) for FOVEA and no_correction on tuning questions "
+                        "(default 30) instead of the benchmark")
     p.add_argument("--threads", type=int,
                    help="torch threads (default 2; 1 with --tiny-random, whose per-op overhead makes a second "
                         "thread slower, badly so on a busy machine)")
@@ -263,7 +289,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--cold-start", action=argparse.BooleanOptionalAction, default=None,
                    help="also time a fresh process loading the bundled default and answering one question "
                         "(on in the default preset)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for name in ("n", "max_new_tokens", "threads", "analysis_n", "analysis_tokens"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    return args
 
 
 def held_out(n: int) -> list:
@@ -271,15 +301,21 @@ def held_out(n: int) -> list:
     return [make_sample(s, family=FAMILIES[i % len(FAMILIES)]) for i, s in enumerate(eval_seeds(n))]
 
 
-def run_speed(pipe, samples: list, methods: list[str], base: FoveaConfig, assistant=None) -> list[dict]:
+def tuning_questions(n: int) -> list:
+    """n tuning samples (fovea.data.tuning_seeds), families round-robin: never benchmarked."""
+    return [make_sample(s, family=FAMILIES[i % len(FAMILIES)]) for i, s in enumerate(tuning_seeds(n))]
+
+
+def run_speed(pipe, samples: list, methods: list[str], base: FoveaConfig, assistant=None,
+              table: dict[str, Method] = METHODS) -> list[dict]:
     """Every method on every sample, interleaved with the method order rotated per question."""
     rows = []
     warm = samples[0]
     for m in methods:                                      # warm-up: first-call allocations
-        run_method(pipe, METHODS[m], warm.image, warm.question, base, assistant)
+        run_method(pipe, table[m], warm.image, warm.question, base, assistant)
     for qi, s in enumerate(tqdm(samples, desc="bench", dynamic_ncols=True)):
         order = methods[qi % len(methods):] + methods[: qi % len(methods)]
-        results = {m: run_method(pipe, METHODS[m], s.image, s.question, base, assistant) for m in order}
+        results = {m: run_method(pipe, table[m], s.image, s.question, base, assistant) for m in order}
         for m, r in results.items():
             rows.append({"q": qi, "family": s.family, "task": s.task, "method": m, "wall_s": r.wall_s,
                          "n_tokens": len(r.tokens), "accept_lengths": r.accept_lengths,
@@ -312,8 +348,64 @@ def cold_start_seconds() -> dict:
             "tokens": int(tokens)}
 
 
+def tree_sweep_markdown(summary: dict, meta: dict, shapes=TREE_SHAPES, drafters=SWEEP_DRAFTERS) -> tuple[str, dict]:
+    """The sweep's table (pooled over families) and the best shape by the drafters' mean speedup."""
+    def f(v):
+        return "-" if v is None else f"{v:.2f}"
+    allf = summary["all"]
+    head = " | ".join(f"{d} speedup | {d} tau (+bonus)" for d in drafters)
+    lines = [f"Tree-shape sweep {meta['date']} on {meta['machine']}; {meta['n_questions']} tuning questions "
+             f"(fovea.data.tuning_seeds, disjoint from the benchmark's), max {meta['max_new_tokens']} new tokens, "
+             f"greedy; took {meta['run_minutes']} min. Command: `{meta['command']}`", "",
+             f"| depth | top_k | nodes verified | {head} | lossless |", "|" + "---|" * (4 + 2 * len(drafters))]
+    score = {}
+    for shape in shapes:
+        cells = []
+        for d in drafters:
+            m = allf[shape_name(d, shape)]
+            cells += [f"{f(m['speedup_ratio_of_medians'])}x", f(m["tau_with_bonus"])]
+        ok = all(allf[shape_name(d, shape)]["lossless"] for d in drafters)
+        score[shape] = statistics.mean(allf[shape_name(d, shape)]["speedup_ratio_of_medians"] for d in drafters)
+        lines.append(f"| {shape[0]} | {shape[1]} | {shape[2]} | " + " | ".join(cells) + f" | {'yes' if ok else 'NO'} |")
+    best = max(score, key=score.get)
+    lines += ["", f"Best by the mean of the drafters' pooled speedups: depth {best[0]}, top_k {best[1]}, "
+              f"{best[2]} nodes ({score[best]:.2f}x)."]
+    return "\n".join(lines) + "\n", {"depth": best[0], "top_k": best[1], "total_tokens": best[2],
+                                     "mean_speedup": score[best]}
+
+
+def tree_sweep(args, pipe, base: FoveaConfig) -> str:
+    table = tree_sweep_methods()
+    methods = list(table)
+    n = args.n or 30
+    t_start = time.perf_counter()
+    rows = run_speed(pipe, tuning_questions(n), methods, base, table=table)
+    summary = summarise(rows, methods)
+    meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}",
+            "command": "python -m fovea.bench " + " ".join(args.argv), "n_questions": n,
+            "max_new_tokens": base.decoding.max_new_tokens, "run_minutes": round((time.perf_counter() - t_start) / 60, 1),
+            "shapes": [list(s) for s in TREE_SHAPES], "drafters": list(SWEEP_DRAFTERS)}
+    md, best = tree_sweep_markdown(summary, meta)
+    out = args.out or Path("assets/results/tree_sweep")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({"meta": meta, "best": best, "summary": summary, "rows": rows}, indent=1))
+    (out / "results.md").write_text(md)
+    return md
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
+    args.argv = list(argv if argv is not None else sys.argv[1:])
+    if args.tree_sweep:
+        if args.methods:
+            raise SystemExit("--tree-sweep runs its own methods (FOVEA and no_correction per tree shape); drop --methods")
+        torch.set_num_threads(args.threads or (1 if args.tiny_random else 2))
+        from fovea.pipeline import FoveaPipeline
+
+        pipe = FoveaPipeline.tiny_random() if args.tiny_random else FoveaPipeline.from_pretrained(args.target, args.drafter)
+        base = FoveaConfig().replace(decoding={"max_new_tokens": args.max_new_tokens or 64, "trace": False})
+        print(tree_sweep(args, pipe, base))
+        return
     preset = PRESETS["quick" if args.quick else args.preset]
     n = args.n or preset["n"]
     methods = args.methods or preset["methods"]
@@ -342,7 +434,7 @@ def main(argv=None) -> None:
             "cold_start": cold_start_seconds() if (preset.get("cold_start", False) if args.cold_start is None
                                                   else args.cold_start) and not args.tiny_random else None}
     meta["run_minutes"] = round((time.perf_counter() - t_start) / 60, 1)
-    print(write_results(args.out, meta, summary, rows, methods, analyses))
+    print(write_results(args.out or Path("assets/results/bench"), meta, summary, rows, methods, analyses))
 
 
 def write_results(out: Path, meta: dict, summary: dict, rows: list[dict], methods: list[str],

@@ -57,8 +57,11 @@ class CorrectionConfig:
 
 @dataclass(frozen=True)
 class TreeConfig:
-    depth: int = 5          # draft levels below the root
-    top_k: int = 4          # children per expanded node, and nodes expanded per level
+    # defaults from `python -m fovea.bench --tree-sweep` on the bundled model, 2 CPU cores
+    # (assets/results/tree_sweep): acceptance there is near the depth ceiling, so a narrow deep tree
+    # beats EAGLE-2's wide shallow one; GPU targets usually want it wider (EAGLE-2: depth 5-6, 60 nodes)
+    depth: int = 9          # draft levels below the root
+    top_k: int = 2          # children per expanded node, and nodes expanded per level
     total_tokens: int = 16  # node budget verified by the target (root excluded)
     chain: bool = False     # True: a single chain (top-1 each level), no tree
 

@@ -3,7 +3,9 @@ and results.json has the expected schema. Timings and speedups are not checked (
 import json
 
 from fovea.analysis import ANALYSES, CONTROL_MODES
-from fovea.bench import PRESETS, main
+import pytest
+
+from fovea.bench import PRESETS, SWEEP_DRAFTERS, TREE_SHAPES, main, shape_name
 from fovea.data import FAMILIES
 
 METRICS = {"n", "speedup_ratio_of_medians", "speedup_median_per_question", "tau_with_bonus", "tau_without_bonus",
@@ -54,3 +56,22 @@ def test_transformers_baselines_are_lossless_and_ranked(tmp_path):
     speeds = [r["mean_speedup"] for r in data["ranking"]]
     assert speeds == sorted(speeds, reverse=True)
     assert "FOVEA ranks" in (tmp_path / "results.md").read_text()
+
+
+def test_tree_sweep_compares_every_shape_on_tuning_questions(tmp_path):
+    """--tree-sweep runs FOVEA and its ablation under every TREE_SHAPES entry, side by side with
+    autoregressive decoding on the tuning seeds, all lossless, and names the best shape."""
+    main(["--tree-sweep", "--tiny-random", "--n", "2", "--max-new-tokens", "6", "--out", str(tmp_path)])
+    data = json.loads((tmp_path / "results.json").read_text())
+    names = {shape_name(d, s) for s in TREE_SHAPES for d in SWEEP_DRAFTERS}
+    assert set(data["summary"]["all"]) == names | {"autoregressive"}
+    assert all(m["lossless"] for m in data["summary"]["all"].values())
+    best = data["best"]
+    assert (best["depth"], best["top_k"], best["total_tokens"]) in TREE_SHAPES
+    pooled = data["summary"]["all"]
+    want = max(sum(pooled[shape_name(d, s)]["speedup_ratio_of_medians"] for d in SWEEP_DRAFTERS) for s in TREE_SHAPES)
+    assert abs(best["mean_speedup"] * len(SWEEP_DRAFTERS) - want) < 1e-9
+    md = (tmp_path / "results.md").read_text()
+    assert md.count("\n| ") == len(TREE_SHAPES) + 1 and "tuning questions" in md
+    with pytest.raises(SystemExit):
+        main(["--tree-sweep", "--tiny-random", "--methods", "fovea"])

@@ -78,6 +78,19 @@ def test_train_and_eval_seeds_are_disjoint():
         train_seeds(10, start=EVAL_SEED_START - 5)
 
 
+def test_tuning_seeds_are_disjoint_from_training_and_evaluation():
+    """Settings are chosen on tuning_seeds, measured on eval_seeds: the two never overlap."""
+    from fovea.data import TUNE_SEED_START, tuning_seeds
+
+    biggest_eval = eval_seeds(TUNE_SEED_START - EVAL_SEED_START)
+    assert max(biggest_eval) < min(tuning_seeds(1000))
+    assert min(tuning_seeds(10)) >= EVAL_SEED_START
+    with pytest.raises(ValueError, match="eval_seeds"):
+        eval_seeds(TUNE_SEED_START - EVAL_SEED_START + 1)
+    with pytest.raises(ValueError, match="tuning_seeds"):
+        tuning_seeds(-1)
+
+
 def test_unknown_family_or_task_is_rejected():
     with pytest.raises(ValueError):
         make_sample(0, "video")

@@ -8,17 +8,19 @@ from fovea.data.generate import (
     EVAL_SEED_START,
     FAMILIES,
     TASKS,
+    TUNE_SEED_START,
     eval_seeds,
     iter_corpus_text,
     make_sample,
     save_examples,
     train_seeds,
+    tuning_seeds,
 )
 from fovea.data.labels import CHARSET, COLOURS, NUM_LABELS, SHAPES
 from fovea.data.sample import GRID, IGNORE, IMAGE_SIZE, PATCH, Mention, Obj, Sample
 
 __all__ = [
     "CHARSET", "COLOURS", "EVAL_SEED_START", "FAMILIES", "GRID", "IGNORE", "IMAGE_SIZE", "NUM_LABELS", "PATCH",
-    "SHAPES", "TASKS", "Mention", "Obj", "Sample", "eval_seeds", "iter_corpus_text", "make_sample",
-    "save_examples", "train_seeds",
+    "SHAPES", "TASKS", "TUNE_SEED_START", "Mention", "Obj", "Sample", "eval_seeds", "iter_corpus_text", "make_sample",
+    "save_examples", "train_seeds", "tuning_seeds",
 ]

@@ -22,6 +22,7 @@ FAMILIES = ("scene", "ocr", "chart")
 _MODULES = {"scene": scenes, "ocr": ocr, "chart": charts}
 TASKS = {family: module.TASKS for family, module in _MODULES.items()}
 EVAL_SEED_START = 1_000_000_000  # training never draws a seed at or above this
+TUNE_SEED_START = EVAL_SEED_START + 500_000  # held out too, but kept apart from the benchmark's questions
 
 
 def train_seeds(n: int, start: int = 0) -> range:
@@ -31,7 +32,18 @@ def train_seeds(n: int, start: int = 0) -> range:
 
 
 def eval_seeds(n: int) -> range:
+    """The held-out questions of the evaluations and the benchmark (never trained on)."""
+    if not 0 <= n <= TUNE_SEED_START - EVAL_SEED_START:
+        raise ValueError(f"eval_seeds: n must be in [0, {TUNE_SEED_START - EVAL_SEED_START}], got {n}")
     return range(EVAL_SEED_START, EVAL_SEED_START + n)
+
+
+def tuning_seeds(n: int) -> range:
+    """Held-out questions for choosing settings (the tree shape), disjoint from eval_seeds, so a
+    default is never picked on the questions that then measure it."""
+    if n < 0:
+        raise ValueError(f"tuning_seeds: n must be >= 0, got {n}")
+    return range(TUNE_SEED_START, TUNE_SEED_START + n)
 
 
 def _resolve(seed: int, family: str | None, task: str | None) -> tuple[str, str]:
