@@ -83,8 +83,11 @@ def plain_answer_html(strings: list[str], placeholder: str = "") -> str:
     return f'<div class="fv-answer fv-plain">{body}</div>'
 
 
-def legend_html(max_depth: int = 5) -> str:
-    chips = [f'<span class="fv-tok" style="{depth_style(d)}">depth {d}</span>' for d in range(1, max_depth + 1)]
+def legend_html() -> str:
+    """One chip per depth colour; the last colour covers every deeper level too ("depth 5+")."""
+    n = len(DEPTH_COLOURS)
+    chips = [f'<span class="fv-tok" style="{depth_style(d)}">depth {d}{"+" if d == n else ""}</span>'
+             for d in range(1, n + 1)]
     chips.append(f'<span class="fv-tok" style="background:{BONUS_COLOUR};color:#422006">bonus (target)</span>')
     chips.append('<span class="fv-tok fv-rejected">rejected</span>')
     return ('<div class="fv-legend">accepted draft tokens by tree depth: ' + " ".join(chips)

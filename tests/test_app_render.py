@@ -273,3 +273,13 @@ def test_background_stream_reraises_producer_errors_and_stops_on_close():
     stream.close()
     stream.join(timeout=2)
     assert stop_seen.is_set()
+
+
+def test_legend_names_every_depth_colour_and_the_last_covers_deeper_levels():
+    """Trees are deeper (default 9) than there are depth colours: the last chip says "N+", and a
+    token at depth 9 gets that same colour."""
+    out = render.legend_html()
+    n = len(render.DEPTH_COLOURS)
+    assert all(c in out for c in render.DEPTH_COLOURS)
+    assert f"depth {n}+" in out and f"depth {n + 1}" not in out
+    assert render.depth_style(9) == render.depth_style(n)
