@@ -66,7 +66,7 @@ PRESETS = {
                                                         "fovea_text", "no_correction_text"],
               "analyses": True, "analysis_n": 3, "analysis_tokens": 16},
     "default": {"n": 100, "max_new_tokens": 64, "methods": list(METHODS), "cold_start": True,
-                "analyses": True, "analysis_n": 24, "analysis_tokens": 64},
+                "analyses": True, "analysis_n": 60, "analysis_tokens": 64},
 }
 
 
