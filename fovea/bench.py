@@ -87,8 +87,8 @@ def tree_sweep_methods(shapes=TREE_SHAPES, drafters=SWEEP_DRAFTERS) -> dict[str,
         for name in drafters:
             m = METHODS[name]
             tree = {"depth": depth, "top_k": top_k, "total_tokens": total}
-            out[shape_name(name, (depth, top_k, total))] = Method(
-                shape_name(name, (depth, top_k, total)), drafter=m.drafter, overrides={**m.overrides, "tree": tree})
+            key = shape_name(name, (depth, top_k, total))
+            out[key] = Method(key, drafter=m.drafter, overrides={**m.overrides, "tree": tree})
     return out
 
 
@@ -296,14 +296,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def held_out(n: int) -> list:
-    """The first n held-out samples, families round-robin (the same questions for every method)."""
-    return [make_sample(s, family=FAMILIES[i % len(FAMILIES)]) for i, s in enumerate(eval_seeds(n))]
-
-
-def tuning_questions(n: int) -> list:
-    """n tuning samples (fovea.data.tuning_seeds), families round-robin: never benchmarked."""
-    return [make_sample(s, family=FAMILIES[i % len(FAMILIES)]) for i, s in enumerate(tuning_seeds(n))]
+def held_out(n: int, seeds=eval_seeds) -> list:
+    """The first n held-out samples, families round-robin (the same questions for every method);
+    seeds=tuning_seeds gives the tuning questions of --tree-sweep, never benchmarked."""
+    return [make_sample(s, family=FAMILIES[i % len(FAMILIES)]) for i, s in enumerate(seeds(n))]
 
 
 def run_speed(pipe, samples: list, methods: list[str], base: FoveaConfig, assistant=None,
@@ -374,16 +370,22 @@ def tree_sweep_markdown(summary: dict, meta: dict, shapes=TREE_SHAPES, drafters=
                                      "mean_speedup": score[best]}
 
 
+def run_meta(argv: list[str], n: int, base: FoveaConfig) -> dict:
+    """What every results file records about its run."""
+    return {"date": time.strftime("%Y-%m-%d"),
+            "machine": f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}",
+            "command": " ".join(["python -m fovea.bench", *argv]), "n_questions": n,
+            "max_new_tokens": base.decoding.max_new_tokens}
+
+
 def tree_sweep(args, pipe, base: FoveaConfig) -> str:
     table = tree_sweep_methods()
     methods = list(table)
     n = args.n or 30
     t_start = time.perf_counter()
-    rows = run_speed(pipe, tuning_questions(n), methods, base, table=table)
+    rows = run_speed(pipe, held_out(n, tuning_seeds), methods, base, table=table)
     summary = summarise(rows, methods)
-    meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}",
-            "command": "python -m fovea.bench " + " ".join(args.argv), "n_questions": n,
-            "max_new_tokens": base.decoding.max_new_tokens, "run_minutes": round((time.perf_counter() - t_start) / 60, 1),
+    meta = {**run_meta(args.argv, n, base), "run_minutes": round((time.perf_counter() - t_start) / 60, 1),
             "shapes": [list(s) for s in TREE_SHAPES], "drafters": list(SWEEP_DRAFTERS)}
     md, best = tree_sweep_markdown(summary, meta)
     out = args.out or Path("assets/results/tree_sweep")
@@ -396,27 +398,22 @@ def tree_sweep(args, pipe, base: FoveaConfig) -> str:
 def main(argv=None) -> None:
     args = parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
-    if args.tree_sweep:
-        if args.methods:
-            raise SystemExit("--tree-sweep runs its own methods (FOVEA and no_correction per tree shape); drop --methods")
-        torch.set_num_threads(args.threads or (1 if args.tiny_random else 2))
-        from fovea.pipeline import FoveaPipeline
-
-        pipe = FoveaPipeline.tiny_random() if args.tiny_random else FoveaPipeline.from_pretrained(args.target, args.drafter)
-        base = FoveaConfig().replace(decoding={"max_new_tokens": args.max_new_tokens or 64, "trace": False})
-        print(tree_sweep(args, pipe, base))
-        return
+    if args.tree_sweep and args.methods:
+        raise SystemExit("--tree-sweep runs its own methods (FOVEA and no_correction per tree shape); drop --methods")
     preset = PRESETS["quick" if args.quick else args.preset]
-    n = args.n or preset["n"]
-    methods = args.methods or preset["methods"]
-    if "autoregressive" not in methods:
-        methods = ["autoregressive", *methods]
     torch.set_num_threads(args.threads or (1 if args.tiny_random else 2))
     from fovea.pipeline import FoveaPipeline
 
     pipe = FoveaPipeline.tiny_random() if args.tiny_random else FoveaPipeline.from_pretrained(args.target, args.drafter)
-    base = FoveaConfig().replace(decoding={"max_new_tokens": args.max_new_tokens or preset["max_new_tokens"],
-                                           "trace": False})
+    max_new = args.max_new_tokens or (64 if args.tree_sweep else preset["max_new_tokens"])
+    base = FoveaConfig().replace(decoding={"max_new_tokens": max_new, "trace": False})
+    if args.tree_sweep:
+        print(tree_sweep(args, pipe, base))
+        return
+    n = args.n or preset["n"]
+    methods = args.methods or preset["methods"]
+    if "autoregressive" not in methods:
+        methods = ["autoregressive", *methods]
     assistant = load_assistant(args.assistant, pipe, args.tiny_random) if "hf_assisted" in methods else None
     t_start = time.perf_counter()
     rows = run_speed(pipe, held_out(n), methods, base, assistant)
@@ -428,9 +425,7 @@ def main(argv=None) -> None:
         tokens = args.analysis_tokens or preset["analysis_tokens"]
         analyses = run_analyses(pipe, held_out(args.analysis_n or preset["analysis_n"]),
                                 base.replace(decoding={"max_new_tokens": tokens}))
-    meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}",
-            "command": "python -m fovea.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "n_questions": n, "max_new_tokens": base.decoding.max_new_tokens, "config": dataclasses.asdict(base),
+    meta = {**run_meta(args.argv, n, base), "config": dataclasses.asdict(base),
             "cold_start": cold_start_seconds() if (preset.get("cold_start", False) if args.cold_start is None
                                                   else args.cold_start) and not args.tiny_random else None}
     meta["run_minutes"] = round((time.perf_counter() - t_start) / 60, 1)

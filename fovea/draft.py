@@ -41,12 +41,13 @@ class DraftTree:
 
 
 def context_pairs(input_ids: torch.Tensor, image_token_id: int | None) -> torch.Tensor:
-    """input_ids [T+1] (prompt + first answer token) -> bool [T]: the (feature i, token i+1) pairs a
-    text-context drafter caches, i.e. those with neither side an image placeholder."""
+    """input_ids [..., T+1] (prompt + first answer token, or training rows) -> bool [..., T]: the
+    (feature i, token i+1) pairs a text-context drafter caches, i.e. those with neither side an
+    image placeholder. Decoding's prefill and the training mask both use it."""
     if image_token_id is None:
-        return torch.ones(input_ids.shape[0] - 1, dtype=torch.bool)
+        return torch.ones_like(input_ids[..., 1:], dtype=torch.bool)
     text = input_ids != image_token_id
-    return text[:-1] & text[1:]
+    return text[..., :-1] & text[..., 1:]
 
 
 def extend(drafter: Drafter, state: DraftState | None, tokens: torch.Tensor, features: torch.Tensor,

@@ -4,13 +4,12 @@ the same positions, and decoding with them stays lossless."""
 import pytest
 import torch
 
-from fovea.config import CorrectionConfig, DrafterConfig
+from fovea.config import DrafterConfig
 from fovea.decoding import run
 from fovea.draft import context_pairs, extend
 from fovea.drafter import Drafter, drafter_config_for
-from fovea.training.drafter import train_steps
 
-from tests.test_lossless import CFG, assert_lossless, prompts, self_distillation_batches
+from tests.test_lossless import CFG, assert_lossless, prompts, trained_tiny_pipeline
 
 
 def test_context_pairs_skip_every_pair_touching_an_image_placeholder():
@@ -58,15 +57,7 @@ def test_prefill_matches_the_training_mask(tiny_pipeline):
 
 @pytest.fixture(scope="module")
 def trained_text_pipeline():
-    from fovea.pipeline import FoveaPipeline
-
-    pipe = FoveaPipeline.tiny_random(seed=2)
-    drafter = pipe.drafters["fovea_text"].train()
-    opt = torch.optim.AdamW(drafter.parameters(), lr=3e-3)
-    train_steps(pipe.target, {"fovea": drafter}, self_distillation_batches(pipe),
-                {"fovea": CorrectionConfig()}, opt, steps=80)
-    pipe.drafters["fovea"] = drafter.eval()   # assert_lossless decodes with drafters["fovea"]
-    return pipe
+    return trained_tiny_pipeline(seed=2, drafter_name="fovea_text", steps=80)
 
 
 def test_text_context_drafter_is_lossless_untrained(tiny_pipeline):

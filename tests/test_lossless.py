@@ -42,15 +42,21 @@ def self_distillation_batches(pipe, n_prompts=48, new_tokens=32, batch=8):
         yield ids, att, lab, torch.cat([p.model_inputs["pixel_values"] for p, _ in chunk])
 
 
-@pytest.fixture(scope="module")
-def trained_pipeline():
-    pipe = FoveaPipeline.tiny_random(seed=1)
-    drafter = pipe.drafters["fovea"].train()
+def trained_tiny_pipeline(seed: int, drafter_name: str, steps: int) -> FoveaPipeline:
+    """A tiny random pipeline whose drafter `drafter_name`, self-distilled for `steps` steps,
+    becomes pipe.drafters["fovea"] (the one assert_lossless decodes with)."""
+    pipe = FoveaPipeline.tiny_random(seed=seed)
+    drafter = pipe.drafters[drafter_name].train()
     opt = torch.optim.AdamW(drafter.parameters(), lr=3e-3)
     train_steps(pipe.target, {"fovea": drafter}, self_distillation_batches(pipe),
-                {"fovea": CorrectionConfig()}, opt, steps=120)
-    drafter.eval()
+                {"fovea": CorrectionConfig()}, opt, steps=steps)
+    pipe.drafters["fovea"] = drafter.eval()
     return pipe
+
+
+@pytest.fixture(scope="module")
+def trained_pipeline():
+    return trained_tiny_pipeline(seed=1, drafter_name="fovea", steps=120)
 
 
 def assert_lossless(pipe, cases, cfg=CFG):

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from fovea.config import CorrectionConfig, RetrievalConfig
+from fovea.draft import context_pairs
 from fovea.drafter import Drafter
 
 LOSS_WEIGHTS = {"hid": 1.0, "kl": 0.2, "tok": 1.0}
@@ -94,8 +95,7 @@ def drafter_loss(drafter: Drafter, art: dict, ids: torch.Tensor, loss_mask: torc
     if drafter.cfg.context == "text":
         if image_token_id is None:
             raise ValueError("a text-context drafter needs the target's image_token_id")
-        text = ids != image_token_id
-        keys = pad & text[:, :-1] & text[:, 1:]
+        keys = pad & context_pairs(ids, image_token_id)
     # every row keeps itself, so image rows (never in the loss) do not softmax over nothing
     eye = torch.eye(t - 1, dtype=torch.bool, device=dev)[None]
     mask1 = (causal[None] & (keys[:, None, :] | eye))[:, None]          # [B, 1, T-1, T-1]
