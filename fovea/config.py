@@ -42,6 +42,28 @@ class RetrievalConfig:
 
 
 @dataclass(frozen=True)
+class LocalityConfig:
+    """Focus-locality predictor after PRR (arXiv 2606.30389); the formulas are in `fovea.locality`.
+
+    Not part of `FoveaConfig` yet: decoding does not use the predictor (it is measured offline).
+    """
+    alpha: float = 0.5      # level smoothing: weight of the newest observed retrieval mass
+    beta: float = 0.3       # trend smoothing: weight of the newest level change
+    gamma: float = 0.5      # mix: weight of the parent's selection vs the smoothed forecast
+    budget: float = 1.0     # predicted set size = ceil(budget * K_parent), at most the evidence
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.alpha <= 1.0:
+            raise ValueError(f"locality alpha must be in (0, 1], got {self.alpha}")
+        if not 0.0 <= self.beta <= 1.0:
+            raise ValueError(f"locality beta must be in [0, 1], got {self.beta}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"locality gamma must be in [0, 1], got {self.gamma}")
+        if self.budget <= 0.0:
+            raise ValueError(f"locality budget must be > 0, got {self.budget}")
+
+
+@dataclass(frozen=True)
 class CorrectionConfig:
     enabled: bool = True
     max_depth: int = 1      # correct draft states at tree depth <= max_depth (root state = depth 0); paper: 1
