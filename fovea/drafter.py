@@ -75,17 +75,24 @@ class Drafter(nn.Module):
         from safetensors.torch import load_file
 
         from fovea.backbones.hub import looks_like_hub_id, resolve_pretrained
+        from fovea.checkpoints import check_state_shapes, config_error, read_config
 
         folder = Path(folder)
         if not folder.exists() and looks_like_hub_id(str(folder)):
             folder = resolve_pretrained(str(folder), "drafter", ["config.json", "model.safetensors"], offline)
         if not (folder / "config.json").exists() or not (folder / "model.safetensors").exists():
             raise FileNotFoundError(f"{folder} is not a drafter folder (needs config.json and model.safetensors)")
-        meta = json.loads((folder / "config.json").read_text())
-        model = cls(from_dict(DrafterConfig, meta["drafter"]), from_dict(CorrectionConfig, meta["correction"]),
-                    meta.get("key_dim", 128))
+        # unusable checkpoints (bad config, truncated weights, config vs weights) raise CheckpointError
+        meta = read_config(folder / "config.json", "drafter")
+        try:
+            model = cls(from_dict(DrafterConfig, meta["drafter"]), from_dict(CorrectionConfig, meta["correction"]),
+                        meta.get("key_dim", 128))
+        except (KeyError, TypeError, ValueError) as err:
+            raise config_error(folder / "config.json", "drafter", err) from err
+        check_state_shapes(model, folder / "model.safetensors", "drafter")
         state = {k: v.float() for k, v in load_file(str(folder / "model.safetensors")).items()}
         model.load_state_dict(state)
+        model.source = str(folder)      # named in messages about this drafter (e.g. a target mismatch)
         return model.eval()
 
     # ---- the two calls the decode loop makes ------------------------------------------------

@@ -2,7 +2,8 @@
 FOVEA or autoregressive decoding as a stream of trace records.
 
 This is the entry point the app, the CLI and the benchmarks share. It never imports gradio;
-bad input raises `InputError`, whose message is a sentence telling the user what to do.
+bad input raises `InputError`, whose message is a sentence telling the user what to do, and an
+unusable checkpoint raises `fovea.checkpoints.CheckpointError`, worded the same way.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Iterator
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from fovea.checkpoints import check_drafter_fits_target, check_target_reference
 from fovea.config import CorrectionConfig, FoveaConfig
 from fovea.decoding import generate
 from fovea.drafter import Drafter, drafter_config_for
@@ -85,6 +87,8 @@ def _to_rgb(im: Image.Image) -> Image.Image:
 class FoveaPipeline:
     def __init__(self, target, drafters: dict[str, Drafter]):
         self.target = target
+        for name, d in drafters.items():     # a drafter for another target: one sentence, not a shape error
+            check_drafter_fits_target(d, target, name)
         self.drafters = {name: d.bind(target) for name, d in drafters.items()}
         self.memory_grid = getattr(target, "memory_grid", None)
         self.image_size = getattr(target, "image_size", None)
@@ -101,6 +105,8 @@ class FoveaPipeline:
         from fovea.backbones import load_backbone
 
         target_ref = target or os.environ.get("FOVEA_TARGET")
+        if target_ref:
+            check_target_reference(target_ref)
         tgt = load_backbone(target_ref) if target_ref else bundled.load_target(bundled.DEFAULT_TARGET_DIR)
         drafters = {"fovea": Drafter.from_pretrained(drafter or os.environ.get("FOVEA_DRAFTER")
                                                      or bundled.DEFAULT_DRAFTER_DIR)}

@@ -151,10 +151,13 @@ def load_target(folder: str | os.PathLike = DEFAULT_TARGET_DIR) -> BundledTarget
     """Load the bundled target (fp16 safetensors on disk) as float32 for CPU decoding."""
     from transformers import LlavaForConditionalGeneration
 
+    from fovea.checkpoints import check_target_folder
+
     folder = Path(folder)
     if not (folder / "config.json").exists():
         raise FileNotFoundError(f"no bundled target at {folder} (expected config.json + model.safetensors); "
                                 "build it with `python -m fovea.train target`")
+    check_target_folder(folder)     # truncated weights or a missing tokenizer: one sentence, no traceback
     model = LlavaForConditionalGeneration.from_pretrained(str(folder), dtype=torch.float32,
                                                           attn_implementation="sdpa")
     return BundledTarget(model, load_tokenizer(folder))

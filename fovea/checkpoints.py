@@ -1,0 +1,147 @@
+"""Checks that turn an unusable checkpoint into one sentence (what is wrong, what to do) before a
+loader would fail with a library traceback.
+
+The loaders call these: `Drafter.from_pretrained` (weights file, config vs weights),
+`fovea.models.bundled.load_target` (weights files, tokenizer) and `FoveaPipeline` (a drafter bound
+to a target it was not built for). Everything is read from file headers and config values, so a
+check costs milliseconds and never loads a tensor. Knows nothing about decoding.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SAFETENSORS_HEADER_BYTES = 8        # little-endian u64: the JSON header's length
+MAX_HEADER_BYTES = 100_000_000      # safetensors' own limit on the JSON header
+# what a transformers tokenizer can be rebuilt from, any one of these sets
+TOKENIZER_FILE_SETS = (("tokenizer.json",), ("tokenizer.model",), ("vocab.json", "merges.txt"), ("vocab.txt",))
+RETRAIN_DRAFTER = "`python -m fovea.train drafter --target <target folder>`"
+REBUILD = {"drafter": RETRAIN_DRAFTER, "target": "`python -m fovea.train target`"}
+
+
+class CheckpointError(ValueError, OSError):
+    """A checkpoint that cannot be used; the message is one sentence saying what is wrong and what to do.
+
+    A ValueError (the files' contents are wrong) and an OSError, as `BackboneError` and transformers'
+    own loading errors are, so callers that already catch OSError (app.py) report it too."""
+
+
+def safetensors_shapes(path: Path, what: str) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape from a safetensors file's header, after checking that the file is
+    complete: header length, JSON header, and data region ending exactly at the end of the file."""
+    path = Path(path)
+    size = path.stat().st_size
+    redo = f"copy it again from where it was built, or rebuild it with {REBUILD.get(what, 'its trainer')}"
+    with path.open("rb") as f:
+        head = f.read(SAFETENSORS_HEADER_BYTES)
+        n = int.from_bytes(head, "little") if len(head) == SAFETENSORS_HEADER_BYTES else -1
+        if n < 0 or n > MAX_HEADER_BYTES or SAFETENSORS_HEADER_BYTES + n > size:
+            raise CheckpointError(f"The {what} weights file {path} is truncated or not a safetensors file "
+                                  f"(its header is cut off at {size} bytes); {redo}.")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw)
+        tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+        shapes = {k: tuple(int(d) for d in v["shape"]) for k, v in tensors.items()}
+        data_end = max((int(v["data_offsets"][1]) for v in tensors.values()), default=0)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
+        raise CheckpointError(f"The {what} weights file {path} has a corrupt header ({type(err).__name__}); "
+                              f"{redo}.") from err
+    expected = SAFETENSORS_HEADER_BYTES + n + data_end
+    if size < expected:
+        raise CheckpointError(f"The {what} weights file {path} is truncated ({size:,} of {expected:,} bytes); "
+                              f"{redo}.")
+    if size > expected:
+        raise CheckpointError(f"The {what} weights file {path} has {size - expected:,} bytes after its last "
+                              f"tensor, so it is corrupt; {redo}.")
+    return shapes
+
+
+def check_weight_files(folder: Path, what: str) -> None:
+    """Every *.safetensors file in a checkpoint folder is complete (sharded checkpoints too)."""
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        safetensors_shapes(path, what)
+
+
+def read_config(path: Path, what: str) -> dict:
+    """A checkpoint's config.json as a dict, or one sentence saying it is unreadable."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"The {what} config {path} is not valid JSON ({err.__class__.__name__}); put back "
+                              f"the config.json saved with the {what}.") from err
+
+
+def config_error(path: Path, what: str, err: Exception) -> CheckpointError:
+    """The sentence for a config.json that parses but does not describe a `what` (missing section,
+    unknown key, out-of-range value)."""
+    if isinstance(err, KeyError):
+        reason = f"no {err.args[0]!r} section"
+    else:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return CheckpointError(f"The {what} config {path} is not a FOVEA {what} config ({reason}); put back the "
+                           f"config.json saved with the {what}.")
+
+
+def check_state_shapes(model, path: Path, what: str) -> None:
+    """The weights in `path` fit `model` as its config built it: same tensor names, same shapes."""
+    stored = safetensors_shapes(path, what)
+    wanted = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    problems = [f"{k} is {_dims(stored[k])} in the weights but {_dims(v)} in the model its config builds"
+                for k, v in wanted.items() if k in stored and stored[k] != v]
+    problems += [f"{k} is missing from the weights" for k in wanted if k not in stored]
+    problems += [f"{k} in the weights has no place in the model" for k in stored if k not in wanted]
+    if problems:
+        more = f" (and {len(problems) - 1} more tensors differ)" if len(problems) > 1 else ""
+        raise CheckpointError(f"The {what} at {Path(path).parent} does not match its config.json: {problems[0]}"
+                              f"{more}; put back the config.json saved with these weights, or retrain it with "
+                              f"{RETRAIN_DRAFTER}.")
+
+
+def check_drafter_fits_target(drafter, target, name: str = "drafter") -> None:
+    """A drafter shares the target's embedding, LM head and hidden space, so its hidden size,
+    vocabulary and memory width (the target's projected visual tokens) must all be the target's."""
+    cfg = drafter.cfg
+    if (cfg.hidden_size, cfg.vocab_size, cfg.memory_dim) == (target.hidden_size, target.vocab_size,
+                                                                target.hidden_size):
+        return
+    source = getattr(drafter, "source", None)
+    where = f" at {source}" if source else ""
+    raise CheckpointError(f"The drafter {name!r}{where} was built for a target with hidden size {cfg.hidden_size}, "
+                          f"a {cfg.vocab_size}-token vocabulary and {cfg.memory_dim}-wide visual tokens, but this "
+                          f"target has hidden size {target.hidden_size} and a {target.vocab_size}-token "
+                          f"vocabulary; load the target it was trained with, or train a drafter for this target "
+                          f"with {RETRAIN_DRAFTER}.")
+
+
+def check_tokenizer_files(folder: Path, what: str = "target") -> None:
+    """The folder holds the files a fast tokenizer is rebuilt from."""
+    folder = Path(folder)
+    if any(all((folder / f).exists() for f in files) for files in TOKENIZER_FILE_SETS):
+        return
+    raise CheckpointError(f"The {what} folder {folder} has no tokenizer (no tokenizer.json); copy the tokenizer "
+                          "files saved with the model (tokenizer.json and tokenizer_config.json) into it, or "
+                          "re-export the model with its tokenizer.")
+
+
+def check_target_reference(ref) -> None:
+    """Before `load_backbone`: where `ref` is a local folder with weights, check that they are
+    complete and that a tokenizer is there (load_backbone words missing folders, configs and weights)."""
+    folder = Path(ref).expanduser()
+    if folder.is_dir() and any(folder.glob("*.safetensors")):
+        check_weight_files(folder, "target")
+        check_tokenizer_files(folder, "target")
+
+
+def check_target_folder(folder: Path) -> None:
+    """A target folder in transformers' format: complete safetensors weights and a tokenizer."""
+    folder = Path(folder)
+    if not any(folder.glob("model*.safetensors")):
+        raise CheckpointError(f"The target folder {folder} has no model.safetensors weights; copy the weights saved "
+                              "with it into the folder, or rebuild the target with `python -m fovea.train target`.")
+    check_weight_files(folder, "target")
+    check_tokenizer_files(folder, "target")
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"

@@ -1,0 +1,150 @@
+"""Unusable checkpoints are refused with one sentence (what is wrong, what to do), never a
+library traceback: truncated weights, a config that does not match its weights, a drafter built
+for another target, a target folder without its tokenizer. Each bad checkpoint is built in tmp_path
+from the committed assets or a tiny random model."""
+import json
+import shutil
+
+import pytest
+
+from fovea.checkpoints import CheckpointError, safetensors_shapes
+from fovea.drafter import Drafter
+from fovea.models import bundled
+from fovea.pipeline import FoveaPipeline
+
+DRAFTER_DIR, TARGET_DIR = bundled.DEFAULT_DRAFTER_DIR, bundled.DEFAULT_TARGET_DIR
+needs_assets = pytest.mark.skipif(not (DRAFTER_DIR / "model.safetensors").exists()
+                                  or not (TARGET_DIR / "model.safetensors").exists(),
+                                  reason="the bundled assets are not built")
+
+
+def one_sentence(err: pytest.ExceptionInfo) -> str:
+    """The message is one line and one sentence: 'what is wrong; what to do.'"""
+    text = str(err.value)
+    assert "\n" not in text and "Traceback" not in text and text.endswith(".")
+    assert text.count("; ") >= 1
+    return text
+
+
+def copy(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+@needs_assets
+@pytest.mark.parametrize("keep", [4, 100, 0.5, -1])
+def test_truncated_drafter_weights_are_named_with_what_to_do(tmp_path, keep):
+    folder = copy(DRAFTER_DIR, tmp_path / "drafter")
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: int(len(data) * keep) if isinstance(keep, float) else keep])
+    with pytest.raises(CheckpointError) as err:
+        Drafter.from_pretrained(folder)
+    text = one_sentence(err)
+    assert "drafter weights file" in text and str(weights) in text and "truncated" in text
+    assert "copy it again" in text
+
+
+@needs_assets
+def test_truncated_target_weights_are_named_before_transformers_reads_them(tmp_path):
+    folder = copy(TARGET_DIR, tmp_path / "target")
+    weights = folder / "model.safetensors"
+    size = weights.stat().st_size
+    weights.write_bytes(weights.read_bytes()[: size - 1000])
+    with pytest.raises(CheckpointError) as err:
+        bundled.load_target(folder)
+    text = one_sentence(err)
+    assert "target weights file" in text and f"{size - 1000:,} of {size:,} bytes" in text
+    with pytest.raises(CheckpointError, match="target weights file .* is truncated"):
+        FoveaPipeline.from_pretrained(target=folder)      # the load_backbone route checks first too
+
+
+@needs_assets
+def test_drafter_config_that_does_not_match_its_weights(tmp_path):
+    folder = copy(DRAFTER_DIR, tmp_path / "drafter")
+    meta = json.loads((folder / "config.json").read_text())
+    meta["drafter"].update(hidden_size=512, memory_dim=512)
+    (folder / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError) as err:
+        Drafter.from_pretrained(folder)
+    text = one_sentence(err)
+    assert f"The drafter at {folder} does not match its config.json" in text
+    assert "fc.weight is [256, 512] in the weights but [512, 1024]" in text and "more tensors differ" in text
+    assert "put back the config.json saved with these weights" in text and "size mismatch" not in text
+
+
+@needs_assets
+def test_drafter_weights_with_a_missing_tensor(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    folder = copy(DRAFTER_DIR, tmp_path / "drafter")
+    state = load_file(str(folder / "model.safetensors"))
+    state.pop("fc.bias")
+    save_file(state, str(folder / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="fc.bias is missing from the weights"):
+        Drafter.from_pretrained(folder)
+
+
+@needs_assets
+@pytest.mark.parametrize("config, expected", [
+    ("{not json", "is not valid JSON"),
+    (json.dumps({"correction": {}}), "no 'drafter' section"),
+    (json.dumps({"drafter": {"hidden_size": 256, "wings": 2}, "correction": {}}), "unknown DrafterConfig keys"),
+])
+def test_unreadable_drafter_config(tmp_path, config, expected):
+    folder = copy(DRAFTER_DIR, tmp_path / "drafter")
+    (folder / "config.json").write_text(config)
+    with pytest.raises(CheckpointError) as err:
+        Drafter.from_pretrained(folder)
+    text = one_sentence(err)
+    assert expected in text and "put back the config.json saved with the drafter" in text
+
+
+@needs_assets
+def test_drafter_built_for_another_target(tiny_pipeline, tmp_path):
+    bundled_drafter = Drafter.from_pretrained(DRAFTER_DIR)
+    with pytest.raises(CheckpointError) as err:
+        FoveaPipeline(tiny_pipeline.target, {"fovea": bundled_drafter})
+    text = one_sentence(err)
+    assert f"The drafter 'fovea' at {DRAFTER_DIR} was built for a target with hidden size 256" in text
+    assert "a 1024-token vocabulary" in text
+    tiny = tiny_pipeline.target
+    assert f"this target has hidden size {tiny.hidden_size} and a {tiny.vocab_size}-token vocabulary" in text
+    assert "python -m fovea.train drafter --target" in text
+    # the same through from_pretrained: a saved tiny target with the bundled drafter
+    tiny.model.save_pretrained(str(tmp_path / "tiny"))
+    tiny.tokenizer.save_pretrained(str(tmp_path / "tiny"))
+    with pytest.raises(CheckpointError, match="was built for a target with hidden size 256"):
+        FoveaPipeline.from_pretrained(target=tmp_path / "tiny", drafter=DRAFTER_DIR)
+
+
+@needs_assets
+def test_target_folder_missing_its_tokenizer(tmp_path):
+    folder = copy(TARGET_DIR, tmp_path / "target")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (folder / name).unlink()
+    with pytest.raises(CheckpointError) as err:
+        bundled.load_target(folder)
+    text = one_sentence(err)
+    assert f"The target folder {folder} has no tokenizer" in text and "copy the tokenizer files" in text
+    with pytest.raises(CheckpointError, match="has no tokenizer"):
+        FoveaPipeline.from_pretrained(target=folder)
+
+
+def test_tiny_checkpoints_built_here_are_refused_the_same_way(tiny_pipeline, tmp_path):
+    """No assets needed: a freshly saved tiny drafter, truncated, and its config edited."""
+    drafter = tiny_pipeline.drafters["fovea"]
+    drafter.save_pretrained(tmp_path / "d")
+    assert Drafter.from_pretrained(tmp_path / "d").cfg == drafter.cfg        # intact: loads
+    weights = tmp_path / "d" / "model.safetensors"
+    assert safetensors_shapes(weights, "drafter")["fc.weight"] == tuple(drafter.fc.weight.shape)
+    weights.write_bytes(weights.read_bytes() + b"\0" * 8)
+    with pytest.raises(CheckpointError, match="8 bytes after its last tensor"):
+        Drafter.from_pretrained(tmp_path / "d")
+    weights.write_bytes(weights.read_bytes()[:-4000])
+    with pytest.raises(CheckpointError, match="is truncated"):
+        Drafter.from_pretrained(tmp_path / "d")
+
+
+def test_checkpoint_error_is_caught_where_loading_errors_are():
+    assert issubclass(CheckpointError, ValueError) and issubclass(CheckpointError, OSError)
