@@ -5,6 +5,7 @@ import time
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from fovea.data import (
     EVAL_SEED_START,
@@ -17,13 +18,16 @@ from fovea.data import (
     TASKS,
     eval_seeds,
     iter_corpus_text,
+    letterbox,
+    make_conversation,
     make_sample,
     save_examples,
     train_seeds,
 )
 from fovea.data.labels import COLOURS, MIN_COVER
-from fovea.data.sample import MAX_WORDS, MIN_WORDS, PATCH, box_of
+from fovea.data.sample import MAX_WORDS, MIN_WORDS, PAD_RGB, PATCH, STYLES, box_of, content_rect
 from fovea.data.scenes import POSITIONS, RELATIONS
+from fovea.data.text import ORDINALS
 
 SEEDS_PER_TASK = 200
 ALL_TASKS = [(family, task) for family in FAMILIES for task in TASKS[family]]
@@ -98,9 +102,46 @@ def test_unknown_family_or_task_is_rejected():
         make_sample(0, "scene", "highest")
 
 
-def test_image_is_rgb_of_image_size(samples):
+def test_image_is_rgb_content_with_long_side_canvas_and_a_training_size(samples):
     for s in samples[::20]:
-        assert s.image.mode == "RGB" and s.image.size == (IMAGE_SIZE, IMAGE_SIZE)
+        assert s.image.mode == "RGB" and max(s.image.size) == IMAGE_SIZE
+        assert s.image.size in STYLES["train"].sizes
+
+
+def test_letterbox_keeps_the_aspect_and_the_content_pixels(samples):
+    """The model input is the content pasted unscaled into the canvas: one geometry for input and overlays."""
+    for s in samples[::40]:
+        canvas = np.asarray(letterbox(s.image))
+        x0, y0, x1, y1 = content_rect(s.image.size)
+        assert canvas.shape == (IMAGE_SIZE, IMAGE_SIZE, 3)
+        assert np.array_equal(canvas[y0:y1, x0:x1], np.asarray(s.image))
+        assert (canvas[:y0] == PAD_RGB).all() and (canvas[y1:] == PAD_RGB).all()
+        assert (canvas[:, :x0] == PAD_RGB).all() and (canvas[:, x1:] == PAD_RGB).all()
+    wide = letterbox(Image.new("RGB", (400, 100), (255, 0, 0)))  # an upload: scaled to fit, never stretched
+    red = np.asarray(wide)[..., 0] == 255
+    assert red.any(axis=0).sum() == IMAGE_SIZE and red.any(axis=1).sum() == IMAGE_SIZE // 4
+
+
+def test_shifted_split_uses_rendering_parameters_training_never_sees():
+    train, shifted = STYLES["train"], STYLES["shifted"]
+    for field in ("sizes", "scene_backgrounds", "font_sizes", "chart_font_sizes", "chart_paper", "paper"):
+        assert not set(getattr(train, field)) & set(getattr(shifted, field)), field
+    for seed in eval_seeds(12):
+        s = make_sample(seed, split="shifted")
+        assert s.split == "shifted" and s.image.size in shifted.sizes
+    with pytest.raises(ValueError, match="split"):
+        make_sample(0, split="test")
+
+
+def test_conversation_turns_are_distinct_questions_about_one_image():
+    for seed in range(30):
+        conv = make_conversation(seed, 4)
+        first = make_sample(seed, conv.family, conv.turns[0][0])
+        assert conv.turns[0][1].question == first.question
+        assert np.array_equal(np.asarray(conv.image), np.asarray(first.image))
+        questions = [qa.question for _, qa in conv.turns]
+        assert len(set(questions)) == len(questions) and 1 <= len(questions) <= 4
+        assert all(task in TASKS[conv.family] for task, _ in conv.turns)
 
 
 def test_short_answer_appears_as_whole_words_in_answer(samples):
@@ -108,7 +149,7 @@ def test_short_answer_appears_as_whole_words_in_answer(samples):
         assert re.search(rf"(?<!\w){re.escape(s.short_answer)}(?!\w)", s.answer), (s.short_answer, s.answer)
 
 
-def test_answer_length_is_20_to_60_words_for_every_task(samples):
+def test_answer_length_is_within_bounds_for_every_task(samples):
     for s in samples:
         assert MIN_WORDS <= len(s.answer.split()) <= MAX_WORDS, (s.task, s.answer)
 
@@ -120,13 +161,22 @@ def test_questions_and_answers_vary_within_a_task(samples):
         assert len({s.question for s in group}) >= 2, (family, task)
 
 
+def _facts(obj) -> set[str]:
+    """Every string an answer may use to name something about obj."""
+    facts = set(obj.attrs.values())
+    if obj.kind == "bar":
+        facts.add(ORDINALS[int(obj.attrs["index"])])
+    return facts
+
+
 def test_mentions_are_valid_spans_that_name_their_object(samples):
     for s in samples:
         assert s.mentions, (s.task, s.answer)
         for m in s.mentions:
             assert 0 <= m.start < m.end <= len(s.answer)
             assert 0 <= m.obj < len(s.objects)
-            assert s.answer[m.start:m.end] in s.objects[m.obj].label
+            span, obj = s.answer[m.start:m.end], s.objects[m.obj]
+            assert span in obj.label or span in _facts(obj), (span, obj.label, obj.attrs)
 
 
 def test_objects_have_nonempty_masks_inside_their_boxes(samples):
@@ -135,7 +185,8 @@ def test_objects_have_nonempty_masks_inside_their_boxes(samples):
             assert obj.mask.shape == (IMAGE_SIZE, IMAGE_SIZE) and obj.mask.dtype == bool
             assert obj.mask.any()
             x0, y0, x1, y1 = obj.box
-            assert 0 <= x0 < x1 <= IMAGE_SIZE and 0 <= y0 < y1 <= IMAGE_SIZE
+            cx0, cy0, cx1, cy1 = content_rect(s.image.size)
+            assert cx0 <= x0 < x1 <= cx1 and cy0 <= y0 < y1 <= cy1  # inside the content, never in the bars
             assert obj.box == box_of(obj.mask)
 
 
@@ -226,7 +277,7 @@ def test_ocr_answers_read_the_words_top_to_bottom(samples):
             continue
         words = [o.label for o in s.objects]
         assert [o.box[1] for o in s.objects] == sorted(o.box[1] for o in s.objects)
-        assert all(re.fullmatch(r"[A-Z0-9]{3,6}", w) for w in words)
+        assert all(re.fullmatch(r"[A-HJ-NP-Z0-9]{3,6}", w) for w in words)  # no I or O: they read as 1 and 0
         expected = {"read": " ".join(words), "top": words[0], "word_count": str(len(words))}[s.task]
         assert s.short_answer == expected
 

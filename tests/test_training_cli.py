@@ -53,14 +53,49 @@ def test_drafter_command_continues_from_the_shipped_drafters(tmp_path):
 
 
 def test_target_focus_tasks_are_validated_and_oversampled_deterministically():
-    from fovea.training.target import parse_focus, training_sample
+    from fovea.data import make_conversation
+    from fovea.training.target import parse_focus
 
     with pytest.raises(SystemExit, match="unknown task 'scene/flavour'"):
         parse_focus(["scene/flavour"])
-    focus = parse_focus(["scene/colour", "chart/value"])
-    picks = [training_sample(s, focus, 0.5) for s in range(60)]
-    share = sum((p.family, p.task) in focus for p in picks) / len(picks)
-    assert 0.4 <= share <= 0.85                       # ~0.5 focus draws + the usual mix's own share
-    again = training_sample(7, focus, 0.5)
-    assert (again.question, again.answer) == (picks[7].question, picks[7].answer)
-    assert all(training_sample(s, focus, 0.0).question == make_sample(s).question for s in range(5))
+    assert parse_focus(["scene/colour", "chart/value"]) == [("scene", "colour"), ("chart", "value")]
+    first = make_conversation(7, 3, "scene", "colour").turns[0]
+    assert first[0] == "colour" and first[1].question == make_sample(7, "scene", "colour").question
+
+
+def test_target_command_trains_packs_turns_and_exports_a_loadable_target(tmp_path):
+    """Two steps of the tiny preset from scratch: conversations packed with mention weights, curves
+    probed, the export loads through load_target with its prompt order and 12 x 12 memory grid."""
+    from fovea.models.bundled import load_target
+    from fovea.training.target import main
+
+    run, out = tmp_path / "run", tmp_path / "out"
+    main(["--preset", "tiny", "--run-dir", str(run), "--out", str(out), "--total-steps", "2", "--batch-size", "2",
+          "--turns", "3", "--probe-every", "2", "--eval-every", "100", "--prompt-order", "question_first"])
+    curves = [json.loads(line) for line in (run / "curves.jsonl").read_text().splitlines()]
+    assert curves[-1]["step"] == 2 and "scene/colour" in curves[-1] and "probe/colour" in curves[-1]
+    target = load_target(out)
+    assert target.prompt_order == "question_first" and target.memory_grid == (12, 12)
+    assert target.num_image_tokens == 144
+    ids = target.prepare(make_sample(0).image, "What colour is the star?").input_ids[0].tolist()
+    image_id = target.image_token_id
+    assert ids.count(image_id) == 144 and ids.index(image_id) > 3     # the question comes first
+    with pytest.raises(SystemExit):
+        main(["--preset", "tiny", "--run-dir", str(run), "--prompt-order", "sideways"])
+
+
+def test_packed_batch_weights_mention_tokens_and_labels_only_answers():
+    from fovea.data import make_conversation
+    from fovea.training.packing import pack_batch
+
+    tok = load_tokenizer(DEFAULT_TARGET_DIR)
+    conv = make_conversation(3, 3, "scene")
+    b = pack_batch([conv], tok, (144, "image_first"), mention_weight=4.0)
+    labels, w = b["labels"][0], b["weights"][0]
+    answered = labels != -100
+    assert (w[~answered] == 0).all() and (w[answered] >= 1).all() and (w == 4.0).any()
+    assert int((labels == tok.eos_token_id).sum()) == len(conv.turns)          # one EOS per turn
+    mention_text = tok.decode(b["input_ids"][0][w == 4.0])
+    assert conv.turns[0][1].mentions and any(
+        conv.turns[0][1].answer[m.start:m.end] in mention_text for m in conv.turns[0][1].mentions)
+    assert b["pixel_values"].shape == (1, 3, 192, 192) and b["patch_labels"]["colour"].shape == (1, 144)

@@ -1,27 +1,22 @@
-"""The "chart" family: a bar chart with 3-5 lettered bars, values 1-9 written
-above each bar, and questions about the values.
+"""The "chart" family: a bar chart with 3-5 lettered bars, values 1-9 written above each bar,
+laid out in the content rectangle, and questions about the values.
 
 Labels are letters only, so a digit in the image is always a value. Layouts
 are pure data; render() draws them.
 """
 import random
-import string
 from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image
 
-from fovea.data import glyphs, text
+from fovea.data import glyphs, ocr, text
 from fovea.data.labels import CHAR_ID, COLOUR_ID, COLOUR_RGB, box_mask, patch_labels
-from fovea.data.sample import IMAGE_SIZE, Obj, box_of
+from fovea.data.sample import CANVAS, PAD_RGB, STYLES, Obj, box_of, content_rect
 from fovea.data.text import QA, Name
 
 TASKS = ("highest", "value", "describe")
 PALETTE = ("red", "green", "blue", "purple", "orange", "cyan")  # white and yellow vanish on light paper
-AXIS_X, BASE_Y = 12, 102  # the y axis and the x axis (bar bottoms)
-PLOT_X0, PLOT_X1 = 16, 124  # horizontal extent of the bar slots
-UNIT = 8.5  # px per value unit: value 9 leaves room for its digit above
-FONT_SIZE = 18  # capitals ~13 px tall
 GAP = 3  # px between a bar's top and its value digit
 MAX_LABEL = {3: 3, 4: 2, 5: 1}  # letters per label that fit a bar's slot
 AXIS_RGB, TEXT_RGB = (70, 70, 70), (20, 20, 20)
@@ -33,39 +28,54 @@ class Bar:
     label: str
     value: int
     colour: str
-    x0: int  # bar rectangle columns [x0, x1)
+    x0: int  # bar rectangle columns [x0, x1), canvas pixels
     x1: int
-
-    @property
-    def top(self) -> int:
-        return BASE_Y - round(self.value * UNIT)
-
-    @property
-    def centre(self) -> int:
-        return (self.x0 + self.x1) // 2
 
 
 @dataclass(frozen=True)
 class Layout:
     bars: tuple[Bar, ...]  # left to right, which is also the order of Sample.objects
     background: tuple[int, int, int]
+    rect: tuple[int, int, int, int]  # content rectangle in the canvas
+    font_size: int
+
+    # The plot frame follows from the rectangle and the font: the x axis sits above the labels,
+    # and value 9 leaves room for its digit under the top edge.
+    @property
+    def base_y(self) -> int:
+        return self.rect[3] - glyphs.cap_height(self.font_size) - 12
+
+    @property
+    def axis_x(self) -> int:
+        return self.rect[0] + 8
+
+    @property
+    def unit(self) -> float:
+        return (self.base_y - self.rect[1] - glyphs.cap_height(self.font_size) - GAP - 6) / 9
+
+    def top(self, bar: Bar) -> int:
+        return self.base_y - round(bar.value * self.unit)
 
 
-def sample_layout(rng: random.Random) -> Layout:
+def sample_layout(rng: random.Random, split: str = "train") -> Layout:
+    style = STYLES[split]
+    rect = content_rect(rng.choice(style.sizes))
+    font_size = rng.choice(style.chart_font_sizes)
     n = rng.randint(3, 5)
-    slot = (PLOT_X1 - PLOT_X0) / n
-    width = round(slot * 0.6)
+    plot_x0, plot_x1 = rect[0] + 12, rect[2] - 4
+    slot = (plot_x1 - plot_x0) / n
+    width = round(slot * rng.uniform(0.5, 0.7))
     labels: list[str] = []
     while len(labels) < n:
-        label = "".join(rng.choice(string.ascii_uppercase) for _ in range(rng.randint(1, MAX_LABEL[n])))
-        if label not in labels and glyphs.text_width(label, FONT_SIZE) <= slot - 3:
+        label = "".join(rng.choice(ocr.LETTERS) for _ in range(rng.randint(1, MAX_LABEL[n])))
+        if label not in labels and glyphs.text_width(label, font_size) <= slot - 3:
             labels.append(label)
     bars = []
     for i, (label, colour) in enumerate(zip(labels, rng.sample(PALETTE, n))):
-        x0 = round(PLOT_X0 + (i + 0.5) * slot - width / 2)
+        x0 = round(plot_x0 + (i + 0.5) * slot - width / 2)
         bars.append(Bar(label, rng.randint(1, 9), colour, x0, x0 + width))
-    background = tuple(245 - rng.randint(0, 12) for _ in range(3))
-    return Layout(tuple(bars), background)
+    background = tuple(c - rng.randint(0, 8) for c in rng.choice(style.chart_paper))
+    return Layout(tuple(bars), background, rect, font_size)
 
 
 def options(layout: Layout, task: str) -> list:
@@ -84,37 +94,41 @@ def ask(layout: Layout, task: str, choice, rng: random.Random) -> QA:
     """Word the question `choice` (one of options(layout, task))."""
     bars = layout.bars
     n = len(bars)
-    values = "".join(text.join([str(bar.value) for bar in bars]))  # "3, 7, 5 and 2"
+    values = text.join([Name(str(bar.value), i) for i, bar in enumerate(bars)])  # "3, 7, 5 and 2"
     fields = dict(count=text.count(n, "bar"), be=text.be(n), values=values)
     if task == "describe":
-        names = [Name(bar.label, i) for i, bar in enumerate(bars)]
-        pairs = [[name, f" is {bar.value}"] for name, bar in zip(names, bars)]
-        return text.ask(rng, text.CHART, task, values, labels=text.join(names), pairs=text.join(pairs), **fields)
+        pairs = [[Name(bar.label, i), " is ", Name(str(bar.value), i)] for i, bar in enumerate(bars)]
+        short = text.fill("{pairs}", pairs=text.join(pairs))[0]  # "U is 2, X is 5 and P is 3": every bar
+        return text.ask(rng, text.CHART, task, short, pairs=text.join(pairs), **fields)
     bar = bars[choice]
     short = bar.label if task == "highest" else str(bar.value)
-    return text.ask(rng, text.CHART, task, short, label=Name(bar.label, choice), value=bar.value,
-                    ordinal=text.ORDINALS[choice], **fields)
+    return text.ask(rng, text.CHART, task, short, label=Name(bar.label, choice), value=Name(str(bar.value), choice),
+                    ordinal=Name(text.ORDINALS[choice], choice), **fields)
 
 
 def render(layout: Layout) -> tuple[Image.Image, list[Obj], dict[str, np.ndarray]]:
-    """Draw a layout: (RGB image, one "bar" object per bar, patch labels)."""
-    canvas = np.empty((IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)
-    canvas[:] = layout.background
-    canvas[BASE_Y:BASE_Y + 1, AXIS_X:PLOT_X1 + 2] = AXIS_RGB  # x axis
-    canvas[8:BASE_Y + 1, AXIS_X:AXIS_X + 1] = AXIS_RGB  # y axis
-    ink = np.zeros((IMAGE_SIZE, IMAGE_SIZE), dtype=np.uint8)
+    """Draw a layout: (RGB content image, one "bar" object per bar, patch labels on the canvas)."""
+    x0, y0, x1, y1 = layout.rect
+    base, axis, size = layout.base_y, layout.axis_x, layout.font_size
+    canvas = np.empty((CANVAS, CANVAS, 3), dtype=np.uint8)
+    canvas[:] = PAD_RGB
+    canvas[y0:y1, x0:x1] = layout.background
+    canvas[base:base + 1, axis:x1 - 2] = AXIS_RGB  # x axis
+    canvas[y0 + 4:base + 1, axis:axis + 1] = AXIS_RGB  # y axis
+    ink = np.zeros((CANVAS, CANVAS), dtype=np.uint8)
     texts = []  # per bar: (label char boxes, value char boxes)
     for bar in layout.bars:
-        canvas[bar.top:BASE_Y, bar.x0:bar.x1] = COLOUR_RGB[bar.colour]
+        top, centre = layout.top(bar), (bar.x0 + bar.x1) // 2
+        canvas[top:base, bar.x0:bar.x1] = COLOUR_RGB[bar.colour]
         texts.append([
-            glyphs.draw_text(ink, bar.centre - glyphs.text_width(s, FONT_SIZE) // 2, y, s, FONT_SIZE)
-            for s, y in ((bar.label, BASE_Y + 5), (str(bar.value), bar.top - GAP - glyphs.cap_height(FONT_SIZE)))
+            glyphs.draw_text(ink, centre - glyphs.text_width(s, size) // 2, y, s, size)
+            for s, y in ((bar.label, base + 6), (str(bar.value), top - GAP - glyphs.cap_height(size)))
         ])
     image = glyphs.blend(canvas, ink, TEXT_RGB)
     inked = ink > INK_THRESHOLD
     objects, colour_regions, char_regions, bar_regions = [], [], [], []
     for i, (bar, char_boxes) in enumerate(zip(layout.bars, texts)):
-        rect = box_mask((bar.x0, bar.top, bar.x1, BASE_Y))
+        rect = box_mask((bar.x0, layout.top(bar), bar.x1, base))
         # A bar object is its whole column: the rectangle plus its label and value glyphs.
         mask = rect.copy()
         for boxes in char_boxes:
@@ -125,4 +139,4 @@ def render(layout: Layout) -> tuple[Image.Image, list[Obj], dict[str, np.ndarray
         colour_regions.append((rect, COLOUR_ID[bar.colour]))
         bar_regions.append((rect, bar.value))
     labels = patch_labels({"colour": colour_regions, "char": char_regions, "bar": bar_regions})
-    return image, objects, labels
+    return image.crop(layout.rect), objects, labels

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from fovea.data import charts, ocr, scenes
-from fovea.data.sample import Sample
+from fovea.data.sample import STYLES, Conversation, Sample
 from fovea.data.text import QA
 
 FAMILIES = ("scene", "ocr", "chart")
@@ -59,23 +59,60 @@ def _resolve(seed: int, family: str | None, task: str | None) -> tuple[str, str]
     return family, task
 
 
-def _layout_and_text(seed: int, family: str, task: str) -> tuple[object, QA]:
+def _rng(kind: str, seed: int, family: str, task: str, split: str) -> random.Random:
+    """The seeded generator of one sample; the shifted split draws from its own stream."""
+    suffix = "" if split == "train" else f"/{split}"
+    return random.Random(f"{kind}/{seed}/{family}/{task}{suffix}")
+
+
+def _check_split(split: str) -> None:
+    if split not in STYLES:
+        raise ValueError(f"unknown split {split!r}; expected one of {tuple(STYLES)}")
+
+
+def _layout_and_text(seed: int, family: str, task: str, split: str = "train") -> tuple[object, QA]:
     """A layout on which `task` has a unique answer (resampled until it has), and its question and answer."""
-    rng = random.Random(f"sample/{seed}/{family}/{task}")
+    rng = _rng("sample", seed, family, task, split)
     module = _MODULES[family]
     while True:
-        layout = module.sample_layout(rng)
+        layout = module.sample_layout(rng, split)
         choices = module.options(layout, task)
         if choices:
             return layout, module.ask(layout, task, rng.choice(choices), rng)
 
 
-def make_sample(seed: int, family: str | None = None, task: str | None = None) -> Sample:
-    """The sample for this seed; identical pixels and text every call."""
+def make_sample(seed: int, family: str | None = None, task: str | None = None, split: str = "train") -> Sample:
+    """The sample for this seed; identical pixels and text every call. `split="shifted"` draws the
+    same kind of question in rendering parameters training never sees (sample.STYLES)."""
+    _check_split(split)
     family, task = _resolve(seed, family, task)
-    layout, qa = _layout_and_text(seed, family, task)
+    layout, qa = _layout_and_text(seed, family, task, split)
     image, objects, labels = _MODULES[family].render(layout)
-    return Sample(image, qa.question, qa.answer, family, task, qa.short_answer, objects, qa.mentions, labels)
+    return Sample(image, qa.question, qa.answer, family, task, qa.short_answer, objects, qa.mentions, labels, split)
+
+
+def make_conversation(seed: int, turns: int, family: str | None = None, task: str | None = None,
+                      split: str = "train") -> Conversation:
+    """One image and up to `turns` question/answer pairs about it, each of a seeded task that has a
+    unique answer on this layout (training packs them into one sequence: one image encode, many
+    lookups). The first turn is make_sample(seed, family, task)'s own question."""
+    _check_split(split)
+    family, first = _resolve(seed, family, task)
+    module = _MODULES[family]
+    rng = _rng("conversation", seed, family, first, split)
+    layout, qa = _layout_and_text(seed, family, first, split)
+    qas = [(first, qa)]
+    for _ in range(8 * turns):  # bounded: a small layout may offer fewer distinct questions than turns
+        if len(qas) == turns:
+            break
+        task = rng.choice(TASKS[family])
+        choices = module.options(layout, task)
+        if choices:
+            new = module.ask(layout, task, rng.choice(choices), rng)
+            if all(new.question != old.question for _, old in qas):
+                qas.append((task, new))
+    image, objects, labels = module.render(layout)
+    return Conversation(image, family, qas, objects, labels, split)
 
 
 def iter_corpus_text(n: int, start: int = 0) -> Iterator[str]:

@@ -9,7 +9,7 @@ from functools import lru_cache
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-TRACKING = 1  # extra px between characters, so neighbouring glyph boxes do not touch
+TRACKING = 2  # extra px between characters, so neighbouring glyph boxes do not touch
 
 
 @lru_cache(maxsize=None)

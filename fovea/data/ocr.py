@@ -1,5 +1,6 @@
-"""The "ocr" family: 1-3 random codes (3-6 capital letters and digits) on
-separate lines, and questions that need reading them.
+"""The "ocr" family: 1-3 random codes (3-6 capital letters and digits) on separate lines of a
+dark or light page, in glyphs a little larger than a 16-px patch, and questions that need
+reading them.
 
 Codes come from the seeded generator, not a dictionary, so the model must read
 glyphs rather than guess words. Layouts are pure data; render() draws them.
@@ -13,19 +14,14 @@ from PIL import Image
 
 from fovea.data import glyphs, text
 from fovea.data.labels import CHAR_ID, box_mask, patch_labels
-from fovea.data.sample import IMAGE_SIZE, Obj, box_of
+from fovea.data.sample import CANVAS, PAD_RGB, STYLES, Obj, box_of, content_rect
 from fovea.data.text import QA, Name
 
 TASKS = ("read", "top", "word_count")
-ALPHABET = string.ascii_uppercase + string.digits
-SIZES = (20, 22, 24, 26)  # capitals 14-18 px tall: at least one 16-px patch high
-MARGIN = 4
-ROW_CENTRES = (21, 64, 107)
+LETTERS = "".join(c for c in string.ascii_uppercase if c not in "IO")  # I/1 and O/0 look alike
+ALPHABET = LETTERS + string.digits
+MARGIN = 6
 ROW_NAMES = ("top", "middle", "bottom")
-THEMES = (  # (background, ink): dark and light paper, always high contrast
-    ((20, 22, 30), (240, 240, 240)), ((24, 24, 24), (250, 230, 40)), ((16, 28, 36), (0, 215, 220)),
-    ((235, 232, 220), (20, 20, 20)), ((245, 245, 245), (30, 40, 120)),
-)
 INK_THRESHOLD = 96  # anti-aliased ink above this counts as part of a word's mask
 
 
@@ -34,7 +30,7 @@ class Line:
     word: str
     size: int
     row: int
-    x: int  # left of the ink
+    x: int  # left of the ink, canvas pixels
     y: int  # top of the capitals
 
 
@@ -43,9 +39,13 @@ class Layout:
     lines: tuple[Line, ...]  # top to bottom, which is also the order of Sample.objects
     background: tuple[int, int, int]
     ink: tuple[int, int, int]
+    rect: tuple[int, int, int, int]  # content rectangle in the canvas
 
 
-def sample_layout(rng: random.Random) -> Layout:
+def sample_layout(rng: random.Random, split: str = "train") -> Layout:
+    style = STYLES[split]
+    rect = content_rect(rng.choice(style.sizes))
+    width, height = rect[2] - rect[0], rect[3] - rect[1]
     n = rng.randint(1, 3)
     words: list[str] = []
     while len(words) < n:
@@ -54,14 +54,17 @@ def sample_layout(rng: random.Random) -> Layout:
             words.append(word)
     lines = []
     for word, row in zip(words, sorted(rng.sample(range(3), n))):
-        size = rng.choice([s for s in SIZES if glyphs.text_width(word, s) <= IMAGE_SIZE - 2 * MARGIN])
-        width = glyphs.text_width(word, size)
-        x = rng.randint(MARGIN, IMAGE_SIZE - MARGIN - width)
-        y = ROW_CENTRES[row] - glyphs.cap_height(size) // 2 + rng.randint(-4, 4)
+        fits = [s for s in style.font_sizes if glyphs.text_width(word, s) <= width - 2 * MARGIN]
+        size = rng.choice(fits or [min(style.font_sizes)])
+        ink_w = glyphs.text_width(word, size)
+        x = rect[0] + rng.randint(MARGIN, max(MARGIN, width - MARGIN - ink_w))
+        centre = rect[1] + round((row + 0.5) * height / 3)
+        slack = max(0, height // 6 - glyphs.cap_height(size) // 2 - 3)
+        y = centre - glyphs.cap_height(size) // 2 + rng.randint(-slack, slack)
         lines.append(Line(word, size, row, x, y))
-    background, ink = rng.choice(THEMES)
+    background, ink = rng.choice(style.paper)
     background = tuple(min(255, max(0, c + rng.randint(-8, 8))) for c in background)
-    return Layout(tuple(lines), background, ink)
+    return Layout(tuple(lines), background, ink, rect)
 
 
 def options(layout: Layout, task: str) -> list:
@@ -87,15 +90,17 @@ def ask(layout: Layout, task: str, choice, rng: random.Random) -> QA:
 
 
 def render(layout: Layout) -> tuple[Image.Image, list[Obj], dict[str, np.ndarray]]:
-    """Draw a layout: (RGB image, one "word" object per line, patch labels)."""
-    ink = np.zeros((IMAGE_SIZE, IMAGE_SIZE), dtype=np.uint8)
+    """Draw a layout: (RGB content image, one "word" object per line, patch labels on the canvas)."""
+    ink = np.zeros((CANVAS, CANVAS), dtype=np.uint8)
     char_boxes = [glyphs.draw_text(ink, line.x, line.y, line.word, line.size) for line in layout.lines]
-    canvas = np.empty((IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)
-    canvas[:] = layout.background
+    canvas = np.empty((CANVAS, CANVAS, 3), dtype=np.uint8)
+    canvas[:] = PAD_RGB
+    x0, y0, x1, y1 = layout.rect
+    canvas[y0:y1, x0:x1] = layout.background
     image = glyphs.blend(canvas, ink, layout.ink)
     objects, char_regions = [], []
     for line, boxes in zip(layout.lines, char_boxes):
         mask = (ink > INK_THRESHOLD) & box_mask(glyphs.text_box(boxes))
         objects.append(Obj("word", line.word, box_of(mask), mask, {"row": ROW_NAMES[line.row]}))
         char_regions += [(box_mask(box), CHAR_ID[char]) for char, box in boxes]
-    return image, objects, patch_labels({"char": char_regions})
+    return image.crop(layout.rect), objects, patch_labels({"char": char_regions})

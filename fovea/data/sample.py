@@ -1,23 +1,31 @@
-"""The sample record shared by every family: image size, patch grid, and the
-dataclasses a generator returns.
+"""The sample record shared by every family: the model's canvas and patch grid, the letterbox
+that maps any image onto that canvas, the rendering style of a split, and the dataclasses a
+generator returns.
 
-Holds no drawing or wording logic; families fill these records in.
+World v2 geometry: the model sees a 192 x 192 canvas cut into 16-px patches, a 12 x 12 grid of
+144 visual tokens. A generated image is `content` pixels (non-square as often as not) drawn
+straight into the canvas's letterbox: centred, never stretched, the bars around it in PAD_RGB.
+Masks, boxes and patch labels are in canvas coordinates, so the model input and every overlay
+share one geometry. Holds no drawing or wording logic; families fill these records in.
 """
 from dataclasses import dataclass, field
 
 import numpy as np
 from PIL import Image
 
-IMAGE_SIZE = 128
+CANVAS = 192
+IMAGE_SIZE = CANVAS  # the model input's side; kept as the name the rest of the code reads
 PATCH = 16
-GRID = IMAGE_SIZE // PATCH  # 8 patches per side
+GRID = CANVAS // PATCH  # 12 patches per side, 144 visual tokens
 IGNORE = -100  # patch label value ignored by the loss (matches torch's default ignore_index)
-MIN_WORDS, MAX_WORDS = 20, 60  # every answer's length in whitespace-separated words
+PAD_RGB = (128, 128, 128)  # letterbox bars: a mid grey no background of the world uses
+MIN_WORDS, MAX_WORDS = 4, 80  # every answer's length in whitespace-separated words
 
 
 @dataclass(frozen=True)
 class Mention:
-    """Characters answer[start:end] name an attribute of objects[obj] (its colour, shape, word or bar label)."""
+    """Characters answer[start:end] name an attribute of objects[obj] (its colour, shape, position,
+    word, bar label or value)."""
 
     start: int
     end: int
@@ -29,15 +37,15 @@ class Obj:
     """One thing drawn in the image that answers can talk about."""
 
     kind: str  # "shape", "word" or "bar"
-    label: str  # how answers name it: "red circle", "KOTA", "A"; every mention is a substring
-    box: tuple[int, int, int, int]  # (x0, y0, x1, y1), x1 and y1 exclusive
-    mask: np.ndarray  # bool [IMAGE_SIZE, IMAGE_SIZE], the pixels that belong to it
+    label: str  # how answers name it: "red circle", "KOTA", "A"
+    box: tuple[int, int, int, int]  # (x0, y0, x1, y1) in canvas pixels, x1 and y1 exclusive
+    mask: np.ndarray  # bool [CANVAS, CANVAS], the canvas pixels that belong to it
     attrs: dict[str, str] = field(default_factory=dict)  # family-specific facts: size, position, value...
 
 
 @dataclass
 class Sample:
-    image: Image.Image  # RGB, IMAGE_SIZE x IMAGE_SIZE
+    image: Image.Image  # RGB, the content only (w x h, long side CANVAS): what a user would upload
     question: str
     answer: str
     family: str
@@ -46,6 +54,78 @@ class Sample:
     objects: list[Obj]
     mentions: list[Mention]
     patch_labels: dict[str, np.ndarray]  # int64 [GRID, GRID] per label kind; IGNORE where not applicable
+    split: str = "train"  # the rendering style it was drawn in: "train" or "shifted"
+
+
+@dataclass
+class Conversation:
+    """One image with several (task, QA) turns about it: the packed training record."""
+
+    image: Image.Image
+    family: str
+    turns: list  # [(task, fovea.data.text.QA)]
+    objects: list[Obj]
+    patch_labels: dict[str, np.ndarray]
+    split: str = "train"
+
+
+@dataclass(frozen=True)
+class Style:
+    """The rendering parameters of a split. The "shifted" split uses values training never sees,
+    so its accuracy measures generalisation, not memorisation."""
+
+    sizes: tuple[tuple[int, int], ...]  # content (width, height); the long side is always CANVAS
+    scene_backgrounds: tuple[tuple[int, int, int], ...]
+    shape_radius: tuple[int, int]  # inclusive range of a shape's radius in px
+    font_sizes: tuple[int, ...]  # OCR font sizes (capitals ~0.7 x size)
+    chart_font_sizes: tuple[int, ...]
+    chart_paper: tuple[tuple[int, int, int], ...]
+    paper: tuple[tuple[tuple[int, int, int], tuple[int, int, int]], ...]  # (background, ink) for text
+
+
+STYLES = {
+    "train": Style(
+        sizes=((192, 192), (192, 144), (144, 192), (192, 160), (160, 192)),
+        scene_backgrounds=((18, 18, 22), (30, 30, 38), (14, 26, 34), (36, 30, 28),  # dark
+                           (236, 234, 226), (246, 246, 246), (222, 230, 238)),       # light
+        shape_radius=(13, 24),
+        font_sizes=(28, 30, 32),
+        chart_font_sizes=(22, 24),
+        chart_paper=((245, 245, 245), (236, 236, 230), (250, 248, 240)),
+        paper=(((20, 22, 30), (240, 240, 240)), ((24, 24, 24), (250, 230, 40)), ((16, 28, 36), (0, 215, 220)),
+               ((235, 232, 220), (20, 20, 20)), ((245, 245, 245), (30, 40, 120))),
+    ),
+    "shifted": Style(
+        sizes=((192, 128), (128, 192), (192, 176)),
+        scene_backgrounds=((40, 20, 48), (10, 36, 20), (250, 240, 214)),
+        shape_radius=(11, 26),
+        font_sizes=(27, 34),
+        chart_font_sizes=(21, 26),
+        chart_paper=((250, 240, 214), (228, 236, 244)),
+        paper=(((40, 16, 16), (255, 255, 255)), ((250, 240, 214), (90, 20, 20))),
+    ),
+}
+
+
+def content_rect(size: tuple[int, int], canvas: int = CANVAS) -> tuple[int, int, int, int]:
+    """(x0, y0, x1, y1) of a w x h image letterboxed into a canvas x canvas square (long side fills it)."""
+    w, h = size
+    scale = canvas / max(w, h)
+    sw, sh = max(1, round(w * scale)), max(1, round(h * scale))
+    x0, y0 = (canvas - sw) // 2, (canvas - sh) // 2
+    return x0, y0, x0 + sw, y0 + sh
+
+
+def letterbox(image: Image.Image, canvas: int = CANVAS) -> Image.Image:
+    """Any image -> the canvas x canvas RGB model input: scaled to fit (aspect kept, never stretched),
+    centred, PAD_RGB bars. The one geometry the model input and every overlay share."""
+    image = image.convert("RGB")
+    x0, y0, x1, y1 = content_rect(image.size, canvas)
+    if image.size != (x1 - x0, y1 - y0):
+        image = image.resize((x1 - x0, y1 - y0), Image.BICUBIC)
+    out = Image.new("RGB", (canvas, canvas), PAD_RGB)
+    out.paste(image, (x0, y0))
+    return out
 
 
 def box_of(mask: np.ndarray) -> tuple[int, int, int, int]:

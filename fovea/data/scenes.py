@@ -1,9 +1,10 @@
-"""The "scene" family: 1-6 flat-coloured shapes, one per cell of a 3x3 grid
-on a dark background, and questions about them.
+"""The "scene" family: 1-6 flat-coloured shapes, one per cell of a 3x3 grid laid over the
+content rectangle (placed anywhere inside its cell, sizes over a range), on a dark or light
+background, and questions about them.
 
-A scene is laid out first (pure data, no pixels), so text can be generated
-without drawing; render() draws a layout. options() lists only questions
-whose answer is unique.
+A scene is laid out first (pure data, no pixels), so text can be generated without drawing;
+render() draws a layout into the letterboxed canvas. options() lists only questions whose answer
+is unique.
 """
 import random
 from dataclasses import dataclass
@@ -13,16 +14,14 @@ from PIL import Image, ImageDraw
 
 from fovea.data import text
 from fovea.data.labels import COLOUR_ID, COLOUR_RGB, SHAPE_ID, SHAPES, patch_labels
-from fovea.data.sample import IMAGE_SIZE, Obj, box_of
+from fovea.data.sample import CANVAS, PAD_RGB, STYLES, Obj, box_of, content_rect
 from fovea.data.text import QA, Name
 
 TASKS = ("describe", "count", "colour", "spatial", "position")
 KINDS = SHAPES[1:]
 PALETTE = tuple(COLOUR_RGB)
-CENTRES = (21, 64, 107)  # cell centres of a 3x3 grid over 128 px (cells ~42 px)
-RADIUS = {"small": 9, "large": 16}
-JITTER = {"small": 7, "large": 2}  # large shapes nearly fill a cell, so they move less
-BACKGROUNDS = ((18, 18, 22), (30, 30, 38), (14, 26, 34), (36, 30, 28))
+LIGHT_PALETTE = tuple(c for c in PALETTE if c not in ("white", "yellow"))  # they vanish on light paper
+LARGE_FROM = 18  # radius (px) from which a shape is called "large"
 POSITIONS = (  # no name is a substring of another, so short answers cannot match by accident
     ("top left", "top middle", "top right"),
     ("middle left", "centre", "middle right"),
@@ -37,11 +36,15 @@ RELATIONS = ((0, -1, "directly to the left of"), (0, 1, "directly to the right o
 class Shape:
     kind: str
     colour: str
-    size: str
     row: int
     col: int
-    dx: int
-    dy: int
+    cx: int  # centre in canvas pixels
+    cy: int
+    radius: int
+
+    @property
+    def size(self) -> str:
+        return "large" if self.radius >= LARGE_FROM else "small"
 
     @property
     def label(self) -> str:
@@ -56,16 +59,29 @@ class Shape:
 class Layout:
     shapes: tuple[Shape, ...]  # row-major order, which is also the order of Sample.objects
     background: tuple[int, int, int]
+    rect: tuple[int, int, int, int]  # content rectangle in the canvas
 
 
-def sample_layout(rng: random.Random) -> Layout:
-    cells = sorted(rng.sample(range(9), rng.randint(1, 6)))
+def _is_light(rgb: tuple[int, int, int]) -> bool:
+    return sum(rgb) > 3 * 128
+
+
+def sample_layout(rng: random.Random, split: str = "train") -> Layout:
+    style = STYLES[split]
+    rect = content_rect(rng.choice(style.sizes))
+    background = rng.choice(style.scene_backgrounds)
+    palette = LIGHT_PALETTE if _is_light(background) else PALETTE
+    cell_w, cell_h = (rect[2] - rect[0]) / 3, (rect[3] - rect[1]) / 3
     shapes = []
-    for cell in cells:
-        size = rng.choice(("small", "large"))
-        shapes.append(Shape(rng.choice(KINDS), rng.choice(PALETTE), size, cell // 3, cell % 3,
-                            rng.randint(-JITTER[size], JITTER[size]), rng.randint(-JITTER[size], JITTER[size])))
-    return Layout(tuple(shapes), rng.choice(BACKGROUNDS))
+    for cell in sorted(rng.sample(range(9), rng.randint(1, 6))):
+        row, col = divmod(cell, 3)
+        radius = min(rng.randint(*style.shape_radius), int(min(cell_w, cell_h) / 2) - 2)
+        # anywhere in its cell with a 2-px margin: positions are off any patch grid
+        slack_x, slack_y = int(cell_w / 2) - radius - 2, int(cell_h / 2) - radius - 2
+        cx = round(rect[0] + (col + 0.5) * cell_w) + rng.randint(-slack_x, slack_x)
+        cy = round(rect[1] + (row + 0.5) * cell_h) + rng.randint(-slack_y, slack_y)
+        shapes.append(Shape(rng.choice(KINDS), rng.choice(palette), row, col, cx, cy, radius))
+    return Layout(tuple(shapes), background, rect)
 
 
 def options(layout: Layout, task: str) -> list:
@@ -90,21 +106,24 @@ def options(layout: Layout, task: str) -> list:
     raise ValueError(f"unknown scene task {task!r}")
 
 
-def _pos(shape: Shape, short: bool = False) -> str:
-    """'in the top left corner'; short form 'at top left' keeps 6-shape descriptions under 60 words."""
-    name = shape.position
-    if name == "centre":
-        return "in the centre"
+def _pos(layout: Layout, i: int, short: bool = False) -> list:
+    """'in the top left corner', the position named as a mention of shape i; the short form
+    'at top left' keeps 6-shape descriptions short."""
+    shape = layout.shapes[i]
+    name = Name(shape.position, i)
+    if shape.position == "centre":
+        return ["in the ", name]
     if short:
-        return f"at {name}"
-    return f"in the {name} corner" if shape.row != 1 and shape.col != 1 else f"in the {name}"
+        return ["at ", name]
+    return ["in the ", name, " corner"] if shape.row != 1 and shape.col != 1 else ["in the ", name]
 
 
 def _item(layout: Layout, i: int, size: bool) -> list:
     """'a small red circle at top left', naming the colour and shape."""
     s = layout.shapes[i]
-    lead = f"{s.size} " if size else ""
-    return [f"{text.article(lead or s.colour)} {lead}", Name(s.label, i), f" {_pos(s, short=True)}"]
+    lead = [Name(s.size, i), " "] if size else []
+    return [f"{text.article(s.size if size else s.colour)} ", *lead, Name(s.label, i), " ",
+            *_pos(layout, i, short=True)]
 
 
 def ask(layout: Layout, task: str, choice, rng: random.Random) -> QA:
@@ -113,7 +132,8 @@ def ask(layout: Layout, task: str, choice, rng: random.Random) -> QA:
     total = text.count(len(shapes), "shape")
     if task == "describe":
         n = len(shapes)
-        return text.ask(rng, text.SCENE, task, str(n), count=total, be=text.be(n),
+        shade = "light" if _is_light(layout.background) else "dark"
+        return text.ask(rng, text.SCENE, task, str(n), count=total, be=text.be(n), shade=shade,
                         items=text.join([_item(layout, i, size=True) for i in range(n)]))
     if task == "count":
         by, value = choice
@@ -126,16 +146,17 @@ def ask(layout: Layout, task: str, choice, rng: random.Random) -> QA:
     if task == "colour":
         s = shapes[choice]
         return text.ask(rng, text.SCENE, task, s.colour, shape=Name(s.kind, choice),
-                        colour=Name(s.colour, choice), size=s.size, pos=_pos(s), total=total)
+                        colour=Name(s.colour, choice), size=Name(s.size, choice), pos=_pos(layout, choice), total=total)
     if task == "position":
         s = shapes[choice]
-        return text.ask(rng, text.SCENE, task, s.position, target=Name(s.label, choice), size=s.size,
-                        pos=_pos(s), total=total)
+        return text.ask(rng, text.SCENE, task, s.position, target=Name(s.label, choice), size=Name(s.size, choice),
+                        pos=_pos(layout, choice), total=total)
     ref, target, wording = choice
     r, t = shapes[ref], shapes[target]
     return text.ask(rng, text.SCENE, task, t.label, relation=wording, Relation=wording.capitalize(),
                     ref=Name(r.label, ref), target=Name(t.label, target), article=text.article(t.size),
-                    size=t.size, ref_pos=_pos(r), target_pos=_pos(t), total=total, be=text.be(len(shapes)))
+                    size=Name(t.size, target), ref_pos=_pos(layout, ref), target_pos=_pos(layout, target), total=total,
+                    be=text.be(len(shapes)))
 
 
 def _draw_shape(draw: ImageDraw.ImageDraw, kind: str, cx: int, cy: int, r: int, fill: int) -> None:
@@ -162,15 +183,17 @@ def _draw_shape(draw: ImageDraw.ImageDraw, kind: str, cx: int, cy: int, r: int, 
 
 
 def render(layout: Layout) -> tuple[Image.Image, list[Obj], dict[str, np.ndarray]]:
-    """Draw a layout: (RGB image, objects in layout order, patch labels)."""
+    """Draw a layout: (RGB content image, objects in layout order, patch labels on the canvas)."""
     # Every shape is drawn into one id map (1 + index), so masks never overlap.
-    id_map = Image.new("L", (IMAGE_SIZE, IMAGE_SIZE), 0)
+    id_map = Image.new("L", (CANVAS, CANVAS), 0)
     draw = ImageDraw.Draw(id_map)
     for i, s in enumerate(layout.shapes):
-        _draw_shape(draw, s.kind, CENTRES[s.col] + s.dx, CENTRES[s.row] + s.dy, RADIUS[s.size], i + 1)
+        _draw_shape(draw, s.kind, s.cx, s.cy, s.radius, i + 1)
     ids = np.asarray(id_map)
-    canvas = np.empty((IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)
-    canvas[:] = layout.background
+    canvas = np.empty((CANVAS, CANVAS, 3), dtype=np.uint8)
+    canvas[:] = PAD_RGB
+    x0, y0, x1, y1 = layout.rect
+    canvas[y0:y1, x0:x1] = layout.background
     objects, colour_regions, shape_regions = [], [], []
     for i, s in enumerate(layout.shapes):
         mask = ids == i + 1
@@ -180,4 +203,4 @@ def render(layout: Layout) -> tuple[Image.Image, list[Obj], dict[str, np.ndarray
         colour_regions.append((mask, COLOUR_ID[s.colour]))
         shape_regions.append((mask, SHAPE_ID[s.kind]))
     labels = patch_labels({"colour": colour_regions, "shape": shape_regions})
-    return Image.fromarray(canvas), objects, labels
+    return Image.fromarray(canvas[y0:y1, x0:x1]), objects, labels

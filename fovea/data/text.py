@@ -103,7 +103,6 @@ ORDINALS = ("first", "second", "third", "fourth", "fifth")
 # They carry no colour, digit or position words, so they never look like a short answer.
 SCENE = {
     "pad": [
-        "The background is plain and dark.",
         "Each shape sits in its own cell of a three by three grid.",
         "No two shapes overlap.",
         "The shapes are drawn in flat, solid colours.",
@@ -111,7 +110,7 @@ SCENE = {
     "describe": {
         "q": ["Describe the image.", "What shapes can you see in this picture?",
               "Describe every shape in the image with its colour and position.", "List the shapes in this image."],
-        "a": ["The image shows {count} on a dark background: {items}.",
+        "a": ["The image shows {count} on a {shade} background: {items}.",
               "There {be} {count} in this picture. Reading from the top left, there is {items}.",
               "I can see {count}. Going row by row from the top, the picture contains {items}."],
     },
@@ -207,8 +206,8 @@ CHART = {
     "describe": {
         "q": ["Describe the chart.", "What does this bar chart show?", "List every bar and its value.",
               "Describe all the bars in the chart."],
-        "a": ["This bar chart has {count}. From left to right they are labelled {labels}, with values {values}.",
-              "The chart shows {count} labelled {labels}. Reading from left to right, their values are {values}.",
-              "There {be} {count} in this chart: {pairs}. In order from the left, the values are {values}."],
+        "a": ["This bar chart has {count}. From left to right, {pairs}.",
+              "The chart shows {count}: {pairs}.",
+              "There {be} {count} in this chart. Reading from the left, {pairs}."],
     },
 }

@@ -19,11 +19,15 @@ from PIL import Image
 
 from fovea.target import HFVisionTarget, Prompt
 
-IMAGE_SIZE = 128
+IMAGE_SIZE = 192                                      # world v2 canvas (fovea.data.CANVAS)
 PATCH_SIZE = 16
-NUM_IMAGE_TOKENS = (IMAGE_SIZE // PATCH_SIZE) ** 2   # 64 visual tokens, one per 16x16 patch
+NUM_IMAGE_TOKENS = (IMAGE_SIZE // PATCH_SIZE) ** 2   # 144 visual tokens, one per 16x16 patch
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<image>", "<unk>"]
 PROMPT_TEMPLATE = "USER: {question}\nASSISTANT:"
+# Where the question sits relative to the image tokens, saved in the model's config.json as
+# `fovea_prompt_order`. "question_first" lets every image token's decoder state see the question
+# (a causal decoder can then mark the asked-about patches before the answer starts).
+PROMPT_ORDERS = ("image_first", "question_first")
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 DEFAULT_TARGET_DIR = ASSETS / "target"
 DEFAULT_DRAFTER_DIR = ASSETS / "drafter"
@@ -43,14 +47,17 @@ class BundledModelConfig:
     vision_hidden: int = 192
     vision_layers: int = 3
     vision_heads: int = 3
-    max_positions: int = 512
+    max_positions: int = 1024
+    image_size: int = IMAGE_SIZE
+    patch_size: int = PATCH_SIZE
+    prompt_order: str = "image_first"
 
     @classmethod
     def from_name(cls, name: str) -> "BundledModelConfig":
         presets = {
             "tiny": cls(vocab_size=1024, hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128,
                         vision_hidden=32, vision_layers=1, vision_heads=2),
-            "small": cls(),
+            "small": cls(vision_layers=4),
             "medium": cls(hidden_size=384, num_layers=6, num_heads=6, intermediate_size=1024, vision_hidden=256,
                           vision_heads=4),
         }
@@ -66,18 +73,22 @@ def build_llava_config(cfg: BundledModelConfig, image_token_id: int, pad_token_i
     vision = CLIPVisionConfig(
         hidden_size=cfg.vision_hidden, intermediate_size=cfg.vision_hidden * 2,
         num_hidden_layers=cfg.vision_layers, num_attention_heads=cfg.vision_heads,
-        image_size=IMAGE_SIZE, patch_size=PATCH_SIZE, projection_dim=cfg.vision_hidden)
+        image_size=cfg.image_size, patch_size=cfg.patch_size, projection_dim=cfg.vision_hidden)
     text = LlamaConfig(
         vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
         num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_heads, max_position_embeddings=cfg.max_positions,
         pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id,
         tie_word_embeddings=False)
-    return LlavaConfig(
+    if cfg.prompt_order not in PROMPT_ORDERS:
+        raise ValueError(f"prompt_order must be one of {PROMPT_ORDERS}, got {cfg.prompt_order!r}")
+    config = LlavaConfig(
         vision_config=vision, text_config=text, image_token_id=image_token_id,
         vision_feature_layer=-1, vision_feature_select_strategy="default",
-        projector_hidden_act="gelu", image_seq_length=NUM_IMAGE_TOKENS,
+        projector_hidden_act="gelu", image_seq_length=(cfg.image_size // cfg.patch_size) ** 2,
         pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id)
+    config.fovea_prompt_order = cfg.prompt_order
+    return config
 
 
 def build_model(cfg: BundledModelConfig, tokenizer, seed: int = 0):
@@ -114,20 +125,44 @@ def load_tokenizer(folder: str | os.PathLike):
     return PreTrainedTokenizerFast.from_pretrained(str(folder))
 
 
-def image_to_pixels(image: Image.Image) -> torch.Tensor:
-    """PIL image -> [1, 3, 128, 128] float32 in [-1, 1] (the bundled model's preprocessing)."""
-    img = image.convert("RGB")
-    if img.size != (IMAGE_SIZE, IMAGE_SIZE):
-        img = img.resize((IMAGE_SIZE, IMAGE_SIZE), Image.BICUBIC)
-    arr = np.asarray(img, dtype=np.float32) / 127.5 - 1.0     # [H, W, 3]
+def image_to_pixels(image: Image.Image, size: int = IMAGE_SIZE) -> torch.Tensor:
+    """PIL image -> [1, 3, size, size] float32 in [-1, 1]: letterboxed (aspect kept, grey bars), the
+    bundled model's preprocessing. World v2 images are drawn at this geometry, so they pass unscaled."""
+    from fovea.data.sample import letterbox
+
+    arr = np.asarray(letterbox(image, size), dtype=np.float32) / 127.5 - 1.0     # [H, W, 3]
     return torch.from_numpy(arr).permute(2, 0, 1).unsqueeze(0).contiguous()
 
 
-def encode_prompt(tokenizer, question: str) -> list[int]:
-    """Token ids of `<s><image>*64 USER: {question}\\nASSISTANT:`; the answer follows with a leading space."""
-    image_id = tokenizer.convert_tokens_to_ids("<image>")
-    text_ids = tokenizer(PROMPT_TEMPLATE.format(question=question), add_special_tokens=False)["input_ids"]
-    return [tokenizer.bos_token_id] + [image_id] * NUM_IMAGE_TOKENS + text_ids
+def prompt_parts(tokenizer, question: str, num_image_tokens: int = NUM_IMAGE_TOKENS,
+                 order: str = "image_first") -> tuple[list[int], list[int]]:
+    """(ids before the answer's first token, the image's slice in them as [start, stop]).
+
+    image_first:    `<s><image>*N USER: {question}\nASSISTANT:`
+    question_first: `<s>USER: {question}\n<image>*N\nASSISTANT:`
+    The answer follows with a leading space in both."""
+    image = [tokenizer.convert_tokens_to_ids("<image>")] * num_image_tokens
+    enc = lambda s: tokenizer(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    if order == "image_first":
+        head, tail = [], enc(PROMPT_TEMPLATE.format(question=question))
+    elif order == "question_first":
+        head, tail = enc(f"USER: {question}\n"), enc("\nASSISTANT:")
+    else:
+        raise ValueError(f"prompt order must be one of {PROMPT_ORDERS}, got {order!r}")
+    ids = [tokenizer.bos_token_id] + head + image + tail
+    return ids, [1 + len(head), 1 + len(head) + num_image_tokens]
+
+
+def encode_prompt(tokenizer, question: str, num_image_tokens: int = NUM_IMAGE_TOKENS,
+                  order: str = "image_first") -> list[int]:
+    """Token ids of the prompt (see prompt_parts); the answer follows with a leading space."""
+    return prompt_parts(tokenizer, question, num_image_tokens, order)[0]
+
+
+def prompt_format(config) -> tuple[int, str]:
+    """(visual tokens per image, prompt order) of a bundled model's config; checkpoints from before
+    world v2 carry no order and use 64 tokens at 128 px."""
+    return config.image_seq_length, getattr(config, "fovea_prompt_order", "image_first")
 
 
 def save_config_json(folder: Path, name: str, payload) -> None:
@@ -137,14 +172,21 @@ def save_config_json(folder: Path, name: str, payload) -> None:
 
 
 class BundledTarget(HFVisionTarget):
-    """The bundled VLM behind the target interface: 128 px image, 64 visual tokens on an 8x8 grid."""
+    """The bundled VLM behind the target interface: a letterboxed square image, one visual token per
+    patch on a square grid (world v2: 192 px, 12 x 12 = 144 tokens), geometry read from its config."""
 
-    memory_grid = (IMAGE_SIZE // PATCH_SIZE, IMAGE_SIZE // PATCH_SIZE)
-    image_size = IMAGE_SIZE
+    def __init__(self, model, tokenizer):
+        super().__init__(model, tokenizer)
+        vision = model.config.vision_config
+        self.image_size = vision.image_size
+        side = vision.image_size // vision.patch_size
+        self.memory_grid = (side, side)
+        self.num_image_tokens, self.prompt_order = prompt_format(model.config)
 
     def prepare(self, image: Image.Image, question: str) -> Prompt:
-        ids = torch.tensor([encode_prompt(self.tokenizer, question)])
-        return Prompt(input_ids=ids, model_inputs={"pixel_values": image_to_pixels(image).to(self.dtype)})
+        ids = torch.tensor([encode_prompt(self.tokenizer, question, self.num_image_tokens, self.prompt_order)])
+        pixels = image_to_pixels(image, self.image_size).to(self.dtype)
+        return Prompt(input_ids=ids, model_inputs={"pixel_values": pixels})
 
 
 def load_target(folder: str | os.PathLike = DEFAULT_TARGET_DIR) -> BundledTarget:

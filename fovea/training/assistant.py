@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from fovea.data import make_sample
-from fovea.models.bundled import DEFAULT_ASSISTANT_DIR, DEFAULT_TARGET_DIR, load_tokenizer, save_config_json
+from fovea.models.bundled import (DEFAULT_ASSISTANT_DIR, DEFAULT_TARGET_DIR, load_tokenizer, prompt_format,
+                                  save_config_json)
 from fovea.training.common import (Checkpointer, Timer, add_config_args, append_jsonl, collate_text,
                                    config_from_args, lr_at)
 
@@ -72,12 +73,13 @@ def main(argv=None) -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     ckpt = Checkpointer(args.run_dir)
     step, _ = ckpt.load({"model": model, "opt": opt})
+    fmt = prompt_format(AutoConfig.from_pretrained(str(args.target)))  # the target's prompt layout
     save_config_json(args.run_dir, "train_config.json", cfg)
     timer, bar = Timer(), tqdm(initial=step, total=cfg.total_steps, desc="assistant", dynamic_ncols=True)
     loss = None
     while step < cfg.total_steps and timer.minutes() < args.minutes:
         base = cfg.seed_offset + step * cfg.batch_size
-        ids, att, lab = collate_text([make_sample(i) for i in range(base, base + cfg.batch_size)], tokenizer)
+        ids, att, lab = collate_text([make_sample(i) for i in range(base, base + cfg.batch_size)], tokenizer, fmt=fmt)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg.total_steps, cfg.lr, cfg.warmup)
         logits = model(input_ids=ids, attention_mask=att).logits[:, :-1]

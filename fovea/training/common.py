@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fovea.models.bundled import encode_prompt, image_to_pixels
 
 
 def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
@@ -25,34 +24,25 @@ def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def collate_text(samples, tokenizer, max_answer_tokens: int = 96):
-    """Samples -> right-padded input ids, attention mask and answer-only labels [B, T]."""
-    rows, labels = [], []
-    for s in samples:
-        prompt = encode_prompt(tokenizer, s.question)
-        answer = tokenizer(" " + s.answer, add_special_tokens=False)["input_ids"][:max_answer_tokens]
-        answer = answer + [tokenizer.eos_token_id]
-        rows.append(prompt + answer)
-        labels.append([-100] * len(prompt) + answer)
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
-    lab = torch.full((len(rows), width), -100, dtype=torch.long)
-    att = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (r, l) in enumerate(zip(rows, labels)):
-        ids[i, : len(r)] = torch.tensor(r)
-        lab[i, : len(l)] = torch.tensor(l)
-        att[i, : len(r)] = 1
-    return ids, att, lab
+def collate_text(samples, tokenizer, max_answer_tokens: int = 96, fmt: tuple[int, str] | None = None):
+    """Samples -> right-padded input ids, attention mask and answer-only labels [B, T] (single turn).
+    fmt: (visual tokens, prompt order) of the target; default the bundled v2 image-first format."""
+    from fovea.training.packing import as_conversation, pack_text
+
+    kwargs = {} if fmt is None else {"fmt": fmt}
+    b = pack_text([as_conversation(s) for s in samples], tokenizer, max_answer_tokens=max_answer_tokens, **kwargs)
+    return b["input_ids"], b["attention_mask"], b["labels"]
 
 
-def collate(samples, tokenizer, max_answer_tokens: int = 96):
+def collate(samples, tokenizer, max_answer_tokens: int = 96, fmt: tuple[int, str] | None = None,
+            image_size: int | None = None):
     """Samples -> right-padded input ids, attention mask, answer-only labels, pixels, patch labels."""
-    ids, att, lab = collate_text(samples, tokenizer, max_answer_tokens)
-    pixels = torch.cat([image_to_pixels(s.image) for s in samples])
-    kinds = samples[0].patch_labels.keys()
-    patch = {k: torch.from_numpy(np.stack([s.patch_labels[k] for s in samples]).reshape(len(samples), -1))
-             for k in kinds}
-    return ids, att, lab, pixels, patch
+    from fovea.training.packing import as_conversation, pack_batch
+
+    kwargs = {} if fmt is None else {"fmt": fmt}
+    b = pack_batch([as_conversation(s) for s in samples], tokenizer, max_answer_tokens=max_answer_tokens,
+                   image_size=image_size, **kwargs)
+    return b["input_ids"], b["attention_mask"], b["labels"], b["pixel_values"], b["patch_labels"]
 
 
 def add_config_args(parser, config_cls) -> None:

@@ -33,10 +33,13 @@ class DrafterTrainConfig:
     seed_offset: int = 5_000_000     # training seeds for the drafter data (all < the eval range)
 
 
-def batches(tokenizer, cfg: DrafterTrainConfig, start_step: int):
+def batches(target, cfg: DrafterTrainConfig, start_step: int):
+    """Seeded single-turn batches in the target's own prompt format and image geometry."""
+    fmt = (target.num_image_tokens, target.prompt_order)
     for step in itertools.count(start_step):
         base = cfg.seed_offset + step * cfg.batch_size
-        ids, att, lab, pixels, _ = collate([make_sample(s) for s in range(base, base + cfg.batch_size)], tokenizer)
+        ids, att, lab, pixels, _ = collate([make_sample(s) for s in range(base, base + cfg.batch_size)],
+                                           target.tokenizer, fmt=fmt, image_size=target.image_size)
         yield ids, att, lab, pixels
 
 
@@ -80,7 +83,7 @@ def main(argv=None) -> None:
     save_config_json(args.run_dir, "train_config.json", cfg)
     timer = Timer()
     bar = tqdm(initial=step, total=cfg.total_steps, desc="drafters", dynamic_ncols=True)
-    data = batches(target.tokenizer, cfg, step)
+    data = batches(target, cfg, step)
     last = {}
 
     def on_step(i, metrics):

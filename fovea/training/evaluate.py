@@ -1,6 +1,10 @@
 """`python -m fovea.train evaluate`: exact-answer accuracy of the bundled target on held-out
-questions of every task family (seeds >= 1e9, never used in training), written to a committed
-results file. The quality bar of the bundled model is >= 95% on colour, count and OCR reading.
+questions of every task (seeds >= 1e9, never used in training), on the training rendering style and
+on the *shifted* split whose rendering parameters training never sees (fovea.data.STYLES), written
+to a committed results file with every question's output beside it.
+
+The bar (issue "A bundled VLM that actually sees"): >= 95% on the lookup tasks in BAR_95, >= 90% on
+every other task, and >= 90% on every task of the shifted split.
 """
 from __future__ import annotations
 
@@ -15,7 +19,16 @@ from fovea.data import TASKS
 from fovea.models.bundled import ASSETS, DEFAULT_TARGET_DIR, load_target
 from fovea.training.target import evaluate
 
-BAR_TASKS = ("scene/colour", "scene/count", "ocr/read")
+BAR_95 = ("scene/colour", "scene/count", "scene/position", "ocr/read", "chart/value", "chart/highest")
+SPLITS = ("train", "shifted")
+
+
+def bar_report(acc: dict[str, dict[str, float]]) -> dict:
+    """Which bars each task meets: 95% on BAR_95 and 90% elsewhere (training style), 90% shifted."""
+    misses = [f"{task} {a:.0%} < {0.95 if task in BAR_95 else 0.9:.0%}" for task, a in acc["train"].items()
+              if a < (0.95 if task in BAR_95 else 0.9)]
+    misses += [f"shifted {task} {a:.0%} < 90%" for task, a in acc.get("shifted", {}).items() if a < 0.9]
+    return {"meets_bar": not misses, "misses": misses}
 
 
 @torch.no_grad()
@@ -37,11 +50,11 @@ def probe_accuracy(target, folder: Path, n: int) -> dict | None:
     for family in FAMILIES:
         for seed in eval_seeds(n):
             s = make_sample(seed, family=family)
-            feats = target.visual_tokens(target.prepare(s.image, s.question))        # [64, D]
+            feats = target.visual_tokens(target.prepare(s.image, s.question))        # [N, D]
             for kind, head in aux.heads.items():
                 labels = torch.as_tensor(s.patch_labels[kind]).flatten()
                 on = labels > 0                                                    # object patches only
-                if on.any():
+                if on.any() and labels.numel() == feats.shape[0]:
                     pred = head(feats).argmax(-1)
                     hits[kind][0] += int((pred[on] == labels[on]).sum())
                     hits[kind][1] += int(on.sum())
@@ -51,23 +64,30 @@ def probe_accuracy(target, folder: Path, n: int) -> dict | None:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m fovea.train evaluate", description=__doc__)
     p.add_argument("--target", type=Path, default=DEFAULT_TARGET_DIR)
-    p.add_argument("--n", type=int, default=40, help="questions per task")
+    p.add_argument("--n", type=int, default=50, help="questions per task and split")
+    p.add_argument("--splits", nargs="+", default=list(SPLITS), choices=SPLITS)
     p.add_argument("--out", type=Path, default=ASSETS / "results" / "target_accuracy.json")
     args = p.parse_args(argv)
     if args.n < 1:
-        raise SystemExit("--n must be at least 1")
+        p.error("--n must be at least 1")
     target = load_target(args.target)
     tasks = [(fam, task) for fam, names in TASKS.items() for task in names]
     t0 = time.time()
-    acc = evaluate(target.model, target.tokenizer, n_per_task=args.n, tasks=tasks)
-    report = {"date": time.strftime("%Y-%m-%d"), "n_per_task": args.n, "accuracy": acc,
-              "quality_bar_tasks": {k: acc[k] for k in BAR_TASKS if k in acc},
-              "meets_95_percent_bar": all(acc[k] >= 0.95 for k in BAR_TASKS if k in acc),
+    acc, details = {}, []
+    for split in args.splits:
+        rows: list = []
+        acc[split] = evaluate(target.model, target.tokenizer, n_per_task=args.n, tasks=tasks, split=split,
+                              details=rows)
+        details += [{"split": split, **r} for r in rows]
+    report = {"date": time.strftime("%Y-%m-%d"), "target": str(args.target), "n_per_task": args.n,
+              "accuracy": acc, **bar_report(acc),
               "visual_probe_object_patches": probe_accuracy(target, args.target, max(4, args.n // 2)),
               "minutes": round((time.time() - t0) / 60, 2), "threads": torch.get_num_threads()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
-    print(json.dumps(report, indent=2))
+    args.out.with_name(args.out.stem + "_answers.jsonl").write_text("".join(json.dumps(r) + "\n" for r in details))
+    print(json.dumps({k: report[k] for k in ("accuracy", "meets_bar", "misses", "visual_probe_object_patches")},
+                     indent=2))
 
 
 if __name__ == "__main__":

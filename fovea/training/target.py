@@ -1,14 +1,18 @@
-"""Train the bundled target VLM from scratch on generated samples.
+"""Train the bundled target VLM from scratch on generated conversations (world v2).
 
-Loss = next-token cross-entropy on answer tokens + `aux_weight` x dense per-patch cross-entropy
-(colour / shape / character / ... heads on the projected visual tokens, labels from the generator).
-The auxiliary term is what makes a tiny from-scratch VLM actually look at the image (see
-shared NOTES: with next-token loss alone colour accuracy stayed at chance).
+Loss = next-token cross-entropy on answer tokens, with the *mention* tokens (answer tokens that name
+what the image shows) weighted `mention_weight`, + `aux_weight` x dense per-patch cross-entropy
+(colour / shape / character / bar heads on the projected visual tokens, labels from the generator).
+Each training sequence packs `turns` question/answer turns about one image (one image encode, many
+lookups). The LR warms up, stays flat, and decays only over the last `decay_frac` of the schedule
+(warmup-stable-decay), so it does not shrink before the lookups are learned. The auxiliary term is
+what makes a tiny from-scratch VLM look at the image at all (shared NOTES).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -17,30 +21,46 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from fovea.data import NUM_LABELS, eval_seeds, iter_corpus_text, make_sample
-from fovea.models.bundled import (BundledModelConfig, DEFAULT_TARGET_DIR, build_model, encode_prompt,
-                                  image_to_pixels, load_tokenizer, save_config_json, train_tokenizer)
-from fovea.training.common import (Checkpointer, Timer, add_config_args, append_jsonl, collate,
-                                   config_from_args, lr_at)
+from fovea.data import NUM_LABELS, TASKS, eval_seeds, iter_corpus_text, make_conversation, make_sample
+from fovea.models.bundled import (BundledModelConfig, DEFAULT_TARGET_DIR, PROMPT_ORDERS, build_model,
+                                  encode_prompt, image_to_pixels, load_tokenizer, prompt_format, save_config_json,
+                                  train_tokenizer)
+from fovea.training.common import Checkpointer, Timer, add_config_args, append_jsonl, config_from_args
+from fovea.training.packing import as_conversation, pack_batch
 
-EVAL_TASKS = (("scene", "colour"), ("scene", "count"), ("ocr", "read"))
+ALL_TASKS = tuple((family, task) for family, names in TASKS.items() for task in names)
 
 
 @dataclass(frozen=True)
 class TargetTrainConfig:
     preset: str = "small"
-    batch_size: int = 24
+    prompt_order: str = "question_first"
+    batch_size: int = 8             # images per step
+    turns: int = 4                  # question/answer turns packed per image
     lr: float = 1e-3
     weight_decay: float = 0.05
-    warmup: int = 200
-    total_steps: int = 20000        # the LR schedule length; training may stop earlier on --minutes
+    warmup: int = 150
+    total_steps: int = 6000         # the LR schedule length; training may stop earlier on --minutes
+    decay_frac: float = 0.2         # the LR decays only over the last decay_frac of total_steps
     aux_weight: float = 1.0
+    mention_weight: float = 3.0
     seed: int = 0
     vocab_size: int = 1024
 
 
+def lr_wsd(step: int, cfg: TargetTrainConfig) -> float:
+    """Warmup-stable-decay: linear warm-up, flat at the peak, cosine to 10% over the last decay_frac."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    start = cfg.total_steps * (1 - cfg.decay_frac)
+    if step < start:
+        return cfg.lr
+    progress = min(1.0, (step - start) / max(1.0, cfg.total_steps - start))
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
 class AuxHeads(torch.nn.Module):
-    """One linear classifier per patch-label kind over the projected visual tokens [B, 64, D]."""
+    """One linear classifier per patch-label kind over the projected visual tokens [B, N, D]."""
 
     def __init__(self, dim: int):
         super().__init__()
@@ -52,56 +72,132 @@ class AuxHeads(torch.nn.Module):
         return torch.stack(losses).mean()
 
 
-def train_step(model, aux, batch, aux_weight: float):
-    ids, att, lab, pixels, patch = batch
-    out = model.model(input_ids=ids, attention_mask=att, pixel_values=pixels)
-    logits = model.lm_head(out.last_hidden_state[:, :-1])              # [B, T-1, V]
-    lm = F.cross_entropy(logits.flatten(0, 1), lab[:, 1:].flatten(), ignore_index=-100)
-    feats = out.image_hidden_states                                   # per image [64, D], or [B*64, D]
+def forward(model, batch: dict):
+    """(logits [B, T-1, V] predicting labels[:, 1:], projected visual tokens [B, N, D])."""
+    ids = batch["input_ids"]
+    out = model.model(input_ids=ids, attention_mask=batch["attention_mask"], pixel_values=batch["pixel_values"])
+    feats = out.image_hidden_states                                   # per image [N, D], or [B*N, D]
     feats = torch.stack(list(feats)) if isinstance(feats, (list, tuple)) else feats
-    aux_loss = aux(feats.reshape(ids.shape[0], -1, feats.shape[-1]), patch)
-    return lm, aux_loss
+    return model.lm_head(out.last_hidden_state[:, :-1]), feats.reshape(ids.shape[0], -1, feats.shape[-1])
+
+
+def train_step(model, aux, batch: dict):
+    logits, feats = forward(model, batch)
+    ce = F.cross_entropy(logits.flatten(0, 1), batch["labels"][:, 1:].flatten(), ignore_index=-100,
+                         reduction="none")
+    w = batch["weights"][:, 1:].flatten()
+    return (ce * w).sum() / w.sum(), aux(feats, batch["patch_labels"])
 
 
 @torch.no_grad()
-def evaluate(model, tokenizer, n_per_task: int = 20, max_new_tokens: int = 72, tasks=EVAL_TASKS) -> dict:
-    """Exact-answer accuracy on held-out seeds (never used in training): the short answer appears
-    as whole words in the greedy output."""
+def probe(model, aux, tokenizer, n_per_task: int = 8, split: str = "train") -> dict:
+    """Cheap teacher-forced held-out metrics (one batched forward): per task, the share of mention
+    tokens predicted right and of answers whose mention tokens are all right; per label kind, the aux
+    heads' accuracy on object patches (is the fact in the visual tokens?)."""
+    was = model.training
     model.eval()
+    samples = [make_sample(s, f, t, split=split) for f, t in ALL_TASKS for s in eval_seeds(n_per_task)]
+    fmt = prompt_format(model.config)
+    batch = pack_batch([as_conversation(s) for s in samples], tokenizer, fmt, mention_weight=2.0,
+                       image_size=model.config.vision_config.image_size)
+    logits, feats = forward(model, batch)
+    right = logits.argmax(-1) == batch["labels"][:, 1:]
+    mention = batch["weights"][:, 1:] == 2.0
+    out = {}
+    for i, (f, t) in enumerate(ALL_TASKS):
+        rows = slice(i * n_per_task, (i + 1) * n_per_task)
+        m, r = mention[rows], right[rows]
+        out[f"{f}/{t}"] = {"mention_tok": round(float(r[m].float().mean()), 3) if m.any() else None,
+                           "all_mentions": round(float(((r | ~m).all(1)).float().mean()), 3)}
+    for kind, head in aux.heads.items():
+        labels = batch["patch_labels"][kind]
+        on = labels > 0
+        if on.any():
+            out[f"probe/{kind}"] = round(float((head(feats).argmax(-1)[on] == labels[on]).float().mean()), 3)
+    model.train(was)
+    return out
+
+
+def answers_match(short_answer: str, text: str) -> bool:
+    """The scored fact appears as whole words in the generated answer."""
+    return bool(re.search(r"(?<!\w)" + re.escape(short_answer) + r"(?!\w)", text))
+
+
+@torch.no_grad()
+def evaluate(model, tokenizer, n_per_task: int = 20, max_new_tokens: int = 96, tasks=ALL_TASKS,
+             split: str = "train", details: list | None = None) -> dict:
+    """Exact-answer accuracy on held-out seeds (never used in training) of the given split: the short
+    answer appears as whole words in the greedy output. `details` collects (task, question, gold, output)."""
+    was = model.training
+    model.eval()
+    n_image, order = prompt_format(model.config)
+    size = model.config.vision_config.image_size
     results = {}
     for family, task in tasks:
         hits = 0
         for seed in eval_seeds(n_per_task):
-            s = make_sample(seed, family=family, task=task)
-            ids = torch.tensor([encode_prompt(tokenizer, s.question)])
-            out = model.generate(input_ids=ids, pixel_values=image_to_pixels(s.image), do_sample=False,
+            s = make_sample(seed, family=family, task=task, split=split)
+            ids = torch.tensor([encode_prompt(tokenizer, s.question, n_image, order)])
+            out = model.generate(input_ids=ids, pixel_values=image_to_pixels(s.image, size), do_sample=False,
                                  max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
             text = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
-            hits += bool(re.search(r"(?<!\w)" + re.escape(s.short_answer) + r"(?!\w)", text))
+            ok = answers_match(s.short_answer, text)
+            hits += ok
+            if details is not None:
+                details.append({"task": f"{family}/{task}", "seed": seed, "question": s.question,
+                                "gold": s.short_answer, "output": text.strip(), "correct": ok})
         results[f"{family}/{task}"] = hits / n_per_task
-    model.train()
+    model.train(was)
     return results
 
 
-def main(argv=None) -> None:
+def training_batch(step: int, cfg: TargetTrainConfig, tokenizer, model, focus: list, share: float) -> dict:
+    """The deterministic batch of a step: images step*B .. (step+1)*B-1, `turns` turns each."""
+    import random
+
+    convs = []
+    for seed in range(step * cfg.batch_size, (step + 1) * cfg.batch_size):
+        rng = random.Random(f"focus/{seed}")
+        family, task = rng.choice(focus) if focus and rng.random() < share else (None, None)
+        convs.append(make_conversation(seed, cfg.turns, family, task))
+    return pack_batch(convs, tokenizer, prompt_format(model.config), cfg.mention_weight,
+                      image_size=model.config.vision_config.image_size)
+
+
+def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m fovea.train target", description=__doc__)
     p.add_argument("--out", type=Path, default=DEFAULT_TARGET_DIR, help="where the final fp16 model goes")
     p.add_argument("--run-dir", type=Path, default=Path("runs/target"), help="checkpoints + logs (resume)")
     p.add_argument("--minutes", type=float, default=60.0, help="stop after this much wall time")
-    p.add_argument("--eval-every", type=int, default=1000)
-    p.add_argument("--save-every", type=int, default=200)
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ... (bf16 autocast only on CUDA)")
+    p.add_argument("--probe-every", type=int, default=100, help="teacher-forced held-out probe (curves.jsonl)")
+    p.add_argument("--eval-every", type=int, default=1000, help="generation accuracy (eval.jsonl)")
+    p.add_argument("--eval-n", type=int, default=6, help="questions per task in the periodic generation eval")
+    p.add_argument("--save-every", type=int, default=100)
     p.add_argument("--focus-tasks", nargs="+", default=[], metavar="FAMILY/TASK",
-                   help="oversample these tasks (e.g. scene/colour chart/value): a seeded --focus-share of "
-                        "every batch is drawn from them, the rest from the usual mix")
+                   help="oversample these tasks (e.g. scene/colour chart/value) as the first turn")
     p.add_argument("--focus-share", type=float, default=0.5)
     p.add_argument("--init-from", type=Path, help="continue from an exported model folder (e.g. assets/target) "
                    "when --run-dir holds no checkpoint; the optimiser state starts fresh")
     add_config_args(p, TargetTrainConfig)
     args = p.parse_args(argv)
+    if not 0.0 <= args.focus_share <= 1.0:
+        p.error(f"--focus-share must be in [0, 1], got {args.focus_share}")
+    if args.prompt_order not in PROMPT_ORDERS:
+        p.error(f"--prompt-order must be one of {PROMPT_ORDERS}")
+    if args.batch_size < 1 or args.turns < 1 or args.minutes <= 0:
+        p.error("--batch-size and --turns must be >= 1 and --minutes > 0")
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
     cfg = config_from_args(args, TargetTrainConfig)
     focus = parse_focus(args.focus_tasks)
-    if not 0.0 <= args.focus_share <= 1.0:
-        raise SystemExit(f"--focus-share must be in [0, 1], got {args.focus_share}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
     torch.manual_seed(cfg.seed)
     run = args.run_dir
     run.mkdir(parents=True, exist_ok=True)
@@ -112,22 +208,27 @@ def main(argv=None) -> None:
         else:
             train_tokenizer(iter_corpus_text(20000), cfg.vocab_size).save_pretrained(str(tok_dir))
     tokenizer = load_tokenizer(tok_dir)
-    model = build_model(BundledModelConfig.from_name(cfg.preset), tokenizer, seed=cfg.seed).train()
+    model_cfg = BundledModelConfig.from_name(cfg.preset)
+    model_cfg = BundledModelConfig(**{**asdict(model_cfg), "prompt_order": cfg.prompt_order})
+    model = build_model(model_cfg, tokenizer, seed=cfg.seed).train()
     aux = AuxHeads(model.config.text_config.hidden_size)
     params = list(model.parameters()) + list(aux.parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     ckpt = Checkpointer(run)
-    step, extra = ckpt.load({"model": model, "aux": aux, "opt": opt})
+    step, _ = ckpt.load({"model": model, "aux": aux, "opt": opt})
     if step == 0 and args.init_from:
         step = init_from_export(model, aux, args.init_from)
+    model.to(device), aux.to(device)
     save_config_json(run, "train_config.json", cfg)
+    # bf16 autocast only where the hardware has it: on AVX2-only CPUs it runs ~24x slower (NOTES)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     timer, bar = Timer(), tqdm(initial=step, total=cfg.total_steps, desc="target", dynamic_ncols=True)
     while step < cfg.total_steps and timer.minutes() < args.minutes:
-        seeds = range(step * cfg.batch_size, (step + 1) * cfg.batch_size)   # deterministic data order
-        batch = collate([training_sample(s, focus, args.focus_share) for s in seeds], tokenizer)
+        batch = to_device(training_batch(step, cfg, tokenizer, model, focus, args.focus_share), device)
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg.total_steps, cfg.lr, cfg.warmup)
-        lm, aux_loss = train_step(model, aux, batch, cfg.aux_weight)
+            g["lr"] = lr_wsd(step, cfg)
+        with autocast:
+            lm, aux_loss = train_step(model, aux, batch)
         opt.zero_grad(set_to_none=True)
         (lm + cfg.aux_weight * aux_loss).backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -135,47 +236,44 @@ def main(argv=None) -> None:
         step += 1
         bar.update(1)
         bar.set_postfix(lm=f"{lm.item():.3f}", aux=f"{aux_loss.item():.3f}")
-        append_jsonl(run / "log.jsonl", {"step": step, "lm": lm.item(), "aux": aux_loss.item(),
-                                         "minutes": round(timer.minutes(), 2)})
+        append_jsonl(run / "log.jsonl", {"step": step, "lm": round(lm.item(), 4), "aux": round(aux_loss.item(), 4),
+                                         "lr": lr_wsd(step - 1, cfg), "minutes": round(timer.minutes(), 2)})
         if step % args.save_every == 0:
             ckpt.save(step, {"model": model, "aux": aux, "opt": opt})
+        if step % args.probe_every == 0:
+            append_jsonl(run / "curves.jsonl", {"step": step, "minutes": round(timer.minutes(), 2),
+                                                **probe(model, aux, tokenizer)})
         if step % args.eval_every == 0:
-            acc = evaluate(model, tokenizer)
+            acc = evaluate(model, tokenizer, n_per_task=args.eval_n)
             append_jsonl(run / "eval.jsonl", {"step": step, **acc})
             tqdm.write(f"step {step}: {acc}")
     ckpt.save(step, {"model": model, "aux": aux, "opt": opt})
-    export(model, tokenizer, args.out, cfg, step, aux, run)
+    export(model.cpu().float(), tokenizer, args.out, cfg, step, aux.cpu().float(), run)
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    if device.type == "cpu":
+        return batch
+    return {k: ({kk: vv.to(device) for kk, vv in v.items()} if isinstance(v, dict) else v.to(device))
+            for k, v in batch.items()}
 
 
 def parse_focus(items: list[str]) -> list[tuple[str, str]]:
     """["scene/colour", ...] -> [("scene", "colour"), ...], checked against the generator's tasks."""
-    from fovea.data import TASKS
-
     out = []
     for item in items:
         family, _, task = item.partition("/")
         if task not in TASKS.get(family, ()):
-            known = ", ".join(f"{f}/{t}" for f, ts in TASKS.items() for t in ts)
+            known = ", ".join(f"{f}/{t}" for f, t in ALL_TASKS)
             raise SystemExit(f"unknown task {item!r}; choose from {known}")
         out.append((family, task))
     return out
 
 
-def training_sample(seed: int, focus: list[tuple[str, str]], share: float):
-    """The sample of a training seed; with probability `share` (seeded by the seed) one of the focus tasks."""
-    import random
-
-    rng = random.Random(f"focus/{seed}")
-    if focus and rng.random() < share:
-        family, task = rng.choice(focus)
-        return make_sample(seed, family=family, task=task)
-    return make_sample(seed)
-
-
 def export(model, tokenizer, out: Path, cfg: TargetTrainConfig, step: int, aux: AuxHeads | None = None,
            run_dir: Path | None = None) -> None:
     """The committed asset: fp16 safetensors + tokenizer + the training config (loaded back as fp32),
-    the auxiliary heads (so training can continue from the export) and the eval log."""
+    the auxiliary heads (so training can continue from the export) and the eval logs."""
     from safetensors.torch import save_file
 
     out.mkdir(parents=True, exist_ok=True)
@@ -186,8 +284,9 @@ def export(model, tokenizer, out: Path, cfg: TargetTrainConfig, step: int, aux: 
     if aux is not None:
         save_file({k: v.detach().half().contiguous() for k, v in aux.state_dict().items()},
                   str(out / "aux_heads.safetensors"))
-    if run_dir is not None and (run_dir / "eval.jsonl").exists():
-        (out / "eval_log.jsonl").write_text((run_dir / "eval.jsonl").read_text())
+    for name in ("eval.jsonl", "curves.jsonl"):
+        if run_dir is not None and (run_dir / name).exists():
+            (out / name.replace("eval", "eval_log")).write_text((run_dir / name).read_text())
 
 
 def init_from_export(model, aux: AuxHeads, folder: Path) -> int:
