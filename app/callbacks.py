@@ -25,7 +25,7 @@ from app.streaming import BackgroundStream
 from fovea.config import FoveaConfig
 from fovea.data import EVAL_SEED_START
 from fovea.pipeline import InputError
-from fovea.trace import GenerationResult, IterationTrace, StepTrace
+from fovea.trace import GenerationResult, IterationTrace
 
 log = logging.getLogger("fovea.app")
 STREAM_EVERY_S = 0.08      # at most ~12 UI updates per second while streaming
@@ -113,71 +113,58 @@ class Callbacks:
                         max_new_tokens=max_new_tokens)
         img, q, cfg = self._validate(image, question, settings)
         with user_errors("decoding"):
-            fovea = yield from self._stream_fovea(img, q, cfg)
+            fovea = yield from self._stream(img, q, cfg, "fovea", self._live_fovea(img))
             fovea_stats = render.stats_from_result(fovea)
-            baseline = yield from self._stream_baseline(img, q, cfg, fovea_stats, fovea.tokens[:1])
+            baseline = yield from self._stream(img, q, cfg, "autoregressive", self._live_baseline(fovea_stats))
             session = Session(img, q, cfg, fovea, baseline, self._strings(fovea.tokens),
                               focus_trajectory(fovea.iterations), image_sha(img))
             yield self._final_outputs(session)
 
-    def _stream_fovea(self, img, q, cfg):
-        """Yield live updates while FOVEA decodes; return its GenerationResult."""
-        records, strings, result = [], [], None
-        last, t0 = 0.0, time.perf_counter()
-        for batch in BackgroundStream(self.pipeline.stream(img, q, cfg, method="fovea")).batches():
-            for rec in batch:
-                if isinstance(rec, GenerationResult):
-                    result = rec
-                elif isinstance(rec, IterationTrace):
-                    strings += self._strings(render.answer_ids([rec]) if not records else rec.emitted)
-                    records.append(rec)
-            if result is None and records and time.perf_counter() - last >= STREAM_EVERY_S:
+    def _stream(self, img, q, cfg, method: str, live):
+        """Fold one decode's records into an Accumulator, yielding `live(acc)` at most every
+        STREAM_EVERY_S while it runs; return its GenerationResult. The decoder runs in its own
+        thread and each record times itself, so rendering never slows or inflates the figures."""
+        acc = self.pipeline.accumulator(method)
+        last = 0.0
+        for batch in BackgroundStream(self.pipeline.stream(img, q, cfg, method=method)).batches():
+            acc.extend(batch)
+            if not acc.done and time.perf_counter() - last >= STREAM_EVERY_S:
                 last = time.perf_counter()
-                stats = render.stats_from_records("fovea", records, last - t0)
-                yield _pack(RUN_OUTPUTS, answer=render.answer_html(records, strings),
-                            metrics=render.metrics_html(stats, None),
-                            summary=render.summary(stats, None), **self._live_focus(img, records))
-        if result is None:
-            raise RuntimeError("the decoder stream ended without a result")
-        return result
+                yield live(acc)
+        if not acc.done:
+            raise RuntimeError(f"the {method} stream ended before the run finished")
+        return self.pipeline.result(acc)
 
-    def _live_focus(self, img, records: list) -> dict:
+    def _live_fovea(self, img):
+        def live(acc) -> tuple:
+            stats = render.stats_from(acc)
+            return _pack(RUN_OUTPUTS, answer=render.answer_html(acc.rounds, self._strings(acc.tokens)),
+                         metrics=render.metrics_html(stats, None), summary=render.summary(stats, None),
+                         **self._live_focus(img, acc.rounds))
+        return live
+
+    def _live_baseline(self, fovea_stats: render.RunStats):
+        def live(acc) -> tuple:
+            stats = render.stats_from(acc)
+            return _pack(RUN_OUTPUTS, baseline=render.plain_answer_html(self._strings(acc.tokens)),
+                         metrics=render.metrics_html(fovea_stats, stats), summary=render.summary(fovea_stats, stats))
+        return live
+
+    def _live_focus(self, img, rounds: list) -> dict:
         """Heatmap + tree of the newest round while streaming."""
-        steps = focus_trajectory(records[-1:])
+        steps = focus_trajectory(rounds[-1:])
         if not steps:
             return {}
-        it = records[-1]
+        it = rounds[-1]
         strings = self._strings(it.tokens)
         return {"heatmap": heatmap_overlay(img, steps[-1].retrieval, self.pipeline.memory_grid),
                 "caption": step_caption(steps[-1], it, strings, 0, 1, self.pipeline.memory_grid),
                 "tree": render.tree_html(it, strings, self._strings([it.bonus_token])[0])}
 
-    def _stream_baseline(self, img, q, cfg, fovea_stats: render.RunStats, first: list[int]):
-        """Yield live updates while the autoregressive baseline decodes; return its result.
-        `first` is the prefill token (the same target and prompt give FOVEA's first token); it
-        only prefixes the live preview, the final answer comes from the result."""
-        records, result = [], None
-        last, t0 = 0.0, time.perf_counter()
-        for batch in BackgroundStream(self.pipeline.stream(img, q, cfg, method="autoregressive")).batches():
-            for rec in batch:
-                if isinstance(rec, GenerationResult):
-                    result = rec
-                elif isinstance(rec, StepTrace):
-                    records.append(rec)
-            if result is None and records and time.perf_counter() - last >= STREAM_EVERY_S:
-                last = time.perf_counter()
-                stats = render.stats_from_records("autoregressive", records, last - t0)
-                text = render.plain_answer_html(self._strings(first + [r.token for r in records]))
-                yield _pack(RUN_OUTPUTS, baseline=text, metrics=render.metrics_html(fovea_stats, stats),
-                            summary=render.summary(fovea_stats, stats))
-        if result is None:
-            raise RuntimeError("the baseline stream ended without a result")
-        return result
-
     def _final_outputs(self, s: Session) -> tuple:
         f, b = render.stats_from_result(s.fovea), render.stats_from_result(s.baseline)
         n = len(s.trajectory)
-        steps = [r.forward_ms for r in s.baseline.iterations if isinstance(r, StepTrace)]
+        steps = [r.ms for r in s.baseline.iterations]
         ar_ms = sum(steps) / len(steps) if steps else None
         return _pack(
             RUN_OUTPUTS, answer=render.answer_html(s.fovea.iterations, s.strings),
@@ -199,8 +186,7 @@ class Callbacks:
         """(heatmap, caption, tree) for trajectory step `index` of a session."""
         grid = self.pipeline.memory_grid
         if not s.trajectory:
-            last = next((r for r in reversed(s.fovea.iterations) if isinstance(r, IterationTrace)), None)
-            tree = self._tree(last) if last else ""
+            tree = self._tree(s.fovea.iterations[-1]) if s.fovea.iterations else ""
             return heatmap_overlay(s.image, None, grid), "No draft state read the visual memory in this run.", tree
         index = min(max(int(index), 0), len(s.trajectory) - 1)
         step = s.trajectory[index]

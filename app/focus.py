@@ -1,87 +1,42 @@
-"""Where the drafter looked: the focus trajectory of a run and its heatmap overlays.
+"""Where the drafter looked: heatmap overlays of a run's focus steps, and the token -> step map.
 
-A *focus step* is one draft state on the committed path (the root of an iteration or an
-accepted node) that read the visual memory, i.e. has a `NodeRetrieval` record. The trajectory
-lists them in decoding order; the scrubber, the token click and the focus-shift plot all index
-into it. Pure numpy + Pillow: no gradio, no model, no tokenizer (token strings come in).
+A *focus step* is one draft state on the committed path (the root of a round or an accepted node)
+that read the visual memory; the trajectory (`fovea.trace.Accumulator.focus_trajectory`) lists
+them in decoding order, and the scrubber, the token click and the focus-shift plot all index into
+it. Pure numpy + Pillow: no gradio, no model, no tokenizer (token strings come in).
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image
 
-from fovea.trace import IterationTrace, NodeRetrieval
+from fovea.trace import (JACCARD_TOP, FocusStep, IterationTrace, NodeRetrieval, focus_shifts,  # noqa: F401
+                         focus_trajectory, jaccard_distance, top_set)
 
-JACCARD_TOP = 16      # the paper's focus-shift statistic compares Top-16 sets
 HEATMAP_SIDE = 384    # display side of the overlay (the model sees a square resize of the image)
 # "inferno"-like anchors, dark -> bright; interpolated linearly (no matplotlib dependency)
 _CMAP = np.array([[0, 0, 4], [87, 16, 110], [188, 55, 84], [249, 142, 9], [252, 255, 164]], dtype=float)
 
 
-@dataclass(frozen=True)
-class FocusStep:
-    """One draft state that read the memory: `iteration` indexes `result.iterations`."""
-    iteration: int
-    node: int
-    retrieval: NodeRetrieval
-
-
-def focus_trajectory(iterations: list) -> list[FocusStep]:
-    """Draft states on the committed path with a retrieval record, in decoding order
-    (per iteration: the root, then the accepted nodes). Non-FOVEA records are skipped."""
-    steps = []
-    for pos, it in enumerate(iterations):
-        if not isinstance(it, IterationTrace):
-            continue
-        for node in [0, *it.accepted]:
-            if node in it.retrieval:
-                steps.append(FocusStep(pos, node, it.retrieval[node]))
-    return steps
-
-
-def step_for_token(trajectory: list[FocusStep], iterations: list, iteration: int, k: int) -> int | None:
-    """Trajectory index of the draft state that proposed emitted token k of an iteration.
+def step_for_token(trajectory: list[FocusStep], rounds: list[IterationTrace], iteration: int, k: int) -> int | None:
+    """Trajectory index of the draft state that proposed emitted token k of a round.
 
     A draft token's producer is its parent node; when that state did not read the memory
     (deeper than the correction depth) its nearest corrected ancestor is used. The bonus token
-    comes from the target, so it maps to the iteration's last focus step. None: no focus step
+    comes from the target, so it maps to the round's last focus step. None: no focus step
     at or before this token (e.g. correction disabled)."""
-    if not 0 <= iteration < len(iterations) or not isinstance(iterations[iteration], IterationTrace):
+    if not 0 <= iteration < len(rounds):
         return None
-    it = iterations[iteration]
+    it = rounds[iteration]
     node = it.producer_of(k) if k < len(it.accepted) else (it.accepted[-1] if it.accepted else 0)
-    while node > 0 and node not in it.retrieval:
-        node = it.parents[node]
+    path = it.path_to(node)                              # root .. node, on the accepted path
+    node = next((n for n in reversed(path) if n in it.retrieval), 0)
+    before = set(path[:path.index(node) + 1])
     best = None
     for idx, step in enumerate(trajectory):
-        if step.iteration < iteration or (step.iteration == iteration and _on_path_before(it, step.node, node)):
+        if step.iteration < iteration or (step.iteration == iteration and step.node in before):
             best = idx
     return best
-
-
-def _on_path_before(it: IterationTrace, step_node: int, node: int) -> bool:
-    """step_node is `node` or an ancestor of it along the accepted path."""
-    path = [0, *it.accepted]
-    return step_node in path and node in path and path.index(step_node) <= path.index(node)
-
-
-def top_set(retrieval: NodeRetrieval, top: int = JACCARD_TOP) -> set[int]:
-    """The `top` highest-weight entries (indices are stored largest weight first)."""
-    return set(retrieval.indices[:top])
-
-
-def jaccard_distance(a: set[int], b: set[int]) -> float:
-    """1 - |a & b| / |a | b|; 0 for two empty sets."""
-    union = a | b
-    return 1.0 - len(a & b) / len(union) if union else 0.0
-
-
-def focus_shifts(trajectory: list[FocusStep], top: int = JACCARD_TOP) -> list[float]:
-    """Top-`top` Jaccard distance between each pair of adjacent steps ([n-1] values)."""
-    sets = [top_set(s.retrieval, top) for s in trajectory]
-    return [jaccard_distance(a, b) for a, b in zip(sets, sets[1:])]
 
 
 def weight_grid(retrieval: NodeRetrieval, grid: tuple[int, int]) -> np.ndarray:

@@ -26,10 +26,6 @@ def _style(fig: go.Figure, title: str, height: int = 280) -> go.Figure:
     return fig
 
 
-def _rounds(iterations: list) -> list[IterationTrace]:
-    return [it for it in iterations if isinstance(it, IterationTrace)]
-
-
 def empty_figure(message: str) -> go.Figure:
     fig = go.Figure()
     fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
@@ -58,9 +54,8 @@ def focus_shift_figure(trajectory: list[FocusStep], top: int = JACCARD_TOP) -> g
     return _style(fig, "Focus shifts along the decoding trajectory", height=320)
 
 
-def accept_length_figure(iterations: list) -> go.Figure:
+def accept_length_figure(rounds: list[IterationTrace]) -> go.Figure:
     """τ per round (accepted draft tokens + bonus), split into its two parts."""
-    rounds = _rounds(iterations)
     if not rounds:
         return empty_figure("No FOVEA rounds yet.")
     x = [it.iteration for it in rounds]
@@ -73,8 +68,7 @@ def accept_length_figure(iterations: list) -> go.Figure:
     return _style(fig, "Accepted length per round")
 
 
-def accept_histogram_figure(iterations: list) -> go.Figure:
-    rounds = _rounds(iterations)
+def accept_histogram_figure(rounds: list[IterationTrace]) -> go.Figure:
     if not rounds:
         return empty_figure("No FOVEA rounds yet.")
     taus = [it.accept_length for it in rounds]
@@ -85,10 +79,9 @@ def accept_histogram_figure(iterations: list) -> go.Figure:
     return _style(fig, f"Histogram of accepted lengths (mean τ = {sum(taus) / len(taus):.2f})")
 
 
-def timing_figure(iterations: list, baseline_forward_ms: float | None = None) -> go.Figure:
+def timing_figure(rounds: list[IterationTrace], baseline_forward_ms: float | None = None) -> go.Figure:
     """Draft, verify and commit milliseconds per round (stacked); the baseline's mean
     per-token forward as a dashed line when given."""
-    rounds = _rounds(iterations)
     if not rounds:
         return empty_figure("No FOVEA rounds yet.")
     x = [it.iteration for it in rounds]

@@ -11,7 +11,7 @@ import html
 import math
 from dataclasses import dataclass, field
 
-from fovea.trace import GenerationResult, IterationTrace
+from fovea.trace import Accumulator, GenerationResult, IterationTrace
 
 # accepted draft tokens: darker = shallower in the draft tree; index 0 is depth 1
 DEPTH_COLOURS = ["#0f766e", "#0d9488", "#2dd4bf", "#99f6e4", "#ccfbf1"]
@@ -37,30 +37,20 @@ def display_strings(ids: list[int], strings: list[str]) -> list[str]:
     return [s if s else f"⟨{i}⟩" for i, s in zip(ids, strings)]
 
 
-def answer_ids(iterations: list, first: int | None = None) -> list[int]:
-    """Token ids of the answer so far: the prefill token (the root of round 0, or `first`),
-    then every round's emitted tokens."""
-    rounds = [it for it in iterations if isinstance(it, IterationTrace)]
-    if first is None and rounds:
-        first = rounds[0].tokens[0]
-    return ([] if first is None else [first]) + [t for it in rounds for t in it.emitted]
-
-
-def answer_html(iterations: list, strings: list[str]) -> str:
+def answer_html(rounds: list[IterationTrace], strings: list[str]) -> str:
     """The FOVEA answer, one span per token.
 
-    `strings` is the display text of every answer token in order (see `answer_ids`): any
+    `strings` is the display text of every answer token in order (`Accumulator.tokens`): any
     leading tokens not covered by the rounds' emitted tokens came from the target's prefill.
     Accepted draft tokens are shaded by their tree depth; bonus and prefill tokens (the
     target's own) are amber. Round tokens carry data-iter (index into iterations) and data-k
     (position within that round's emitted tokens) for the click handler."""
-    rounds = [(i, it) for i, it in enumerate(iterations) if isinstance(it, IterationTrace)]
-    lead = max(0, len(strings) - sum(len(it.emitted) for _, it in rounds))
+    lead = max(0, len(strings) - sum(len(it.emitted) for it in rounds))
     target_style = f"background:{BONUS_COLOUR};color:#422006"
     spans = [f'<span class="fv-tok fv-prefill" style="{target_style}" title="first token, from the target\'s '
              f'prefill">{token_text(s)}</span>' for s in strings[:lead]]
     pos = lead
-    for i, it in rounds:
+    for i, it in enumerate(rounds):
         for k in range(len(it.emitted)):
             text = token_text(strings[pos]) if pos < len(strings) else "?"
             pos += 1
@@ -176,21 +166,20 @@ class RunStats:
         return sum(self.accept_lengths) / len(self.accept_lengths) if self.accept_lengths else 1.0
 
 
-def stats_from_records(method: str, records: list, wall_s: float) -> RunStats:
-    """Figures of a run in progress from its streamed records and the elapsed time. Like the
-    library, the prefill counts as one target forward producing the first token."""
-    its = [r for r in records if isinstance(r, IterationTrace)]
-    if its:
-        return RunStats(method, 1 + sum(len(r.emitted) for r in its), wall_s, 1 + len(its),
-                        [r.accept_length for r in its])
-    return RunStats(method, 1 + len(records), wall_s, 1 + len(records))
+def stats_from(acc: Accumulator) -> RunStats:
+    """Figures of a run, live or finished, from its accumulator (the records' own wall time)."""
+    return RunStats(acc.method, len(acc.tokens), acc.wall_s, acc.target_forwards,
+                    [] if acc.method == "autoregressive" else list(acc.accept_lengths), done=acc.done)
+
+
+def stats_from_records(method: str, records: list) -> RunStats:
+    """Figures of a run in progress from its streamed records (prefill first)."""
+    return stats_from(Accumulator(method).extend(records))
 
 
 def stats_from_result(result: GenerationResult) -> RunStats:
-    taus = list(getattr(result, "accept_lengths", None) or
-                [r.accept_length for r in result.iterations if isinstance(r, IterationTrace)])
     return RunStats(result.method, len(result.tokens), result.wall_s, result.target_forwards,
-                    taus if result.method != "autoregressive" else [], done=True)
+                    result.accept_lengths if result.method != "autoregressive" else [], done=True)
 
 
 def speedup(fovea: RunStats | None, baseline: RunStats | None) -> float | None:

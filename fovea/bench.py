@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from fovea.config import FoveaConfig
 from fovea.data import FAMILIES, eval_seeds, make_sample, tuning_seeds
+from fovea.candidates import AssistantLM, PromptLookup, TreeDrafter
 from fovea.decoding import run
 from fovea.trace import GenerationResult
 
@@ -33,7 +34,9 @@ from fovea.trace import GenerationResult
 @dataclass(frozen=True)
 class Method:
     name: str
-    kind: str = "fovea"              # "fovea" | "autoregressive" | "hf_prompt_lookup" | "hf_assisted"
+    # "fovea" (a TreeDrafter) | "autoregressive" | "prompt_lookup" | "assisted" (strategies of our decode
+    # loop) | "hf_prompt_lookup" | "hf_assisted" (transformers' own generate(), for reference)
+    kind: str = "fovea"
     drafter: str = "fovea"
     overrides: dict = field(default_factory=dict)
 
@@ -55,11 +58,13 @@ METHODS = {m.name: m for m in [
     Method("query_agnostic", overrides={"retrieval": {"mode": "query_agnostic"}}),
     Method("dense", overrides={"retrieval": {"mode": "dense"}}),
     *[Method(f"fixed_k{k}", overrides={"retrieval": {"mode": "fixed", "fixed_k": k}}) for k in (8, 16, 32, 64)],
+    Method("prompt_lookup", kind="prompt_lookup"),
+    Method("assisted", kind="assisted"),
     Method("hf_prompt_lookup", kind="hf_prompt_lookup"),
     Method("hf_assisted", kind="hf_assisted"),
 ]}
 # the methods whose drafts come from a trained model (the ranking the README reports)
-TRAINED_DRAFTERS = [m.name for m in METHODS.values() if m.kind in ("fovea", "hf_assisted")]
+TRAINED_DRAFTERS = [m.name for m in METHODS.values() if m.kind in ("fovea", "assisted", "hf_assisted")]
 # analyses: run the diagnostics of fovea.analysis by default; analysis_n / analysis_tokens size them
 PRESETS = {
     "quick": {"n": 6, "max_new_tokens": 32, "methods": ["autoregressive", "fovea", "no_correction", "chain",
@@ -92,21 +97,32 @@ def tree_sweep_methods(shapes=TREE_SHAPES, drafters=SWEEP_DRAFTERS) -> dict[str,
     return out
 
 
+def strategy_for(pipe, method: Method, assistant=None):
+    """The drafting strategy of a method (None for autoregressive decoding): FOVEA, its ablations
+    and the chain are TreeDrafters over a loaded drafter with config overrides; prompt lookup and
+    the assistant LM are their own strategies in the same decode loop."""
+    if method.kind == "autoregressive":
+        return None
+    if method.kind == "prompt_lookup":
+        return PromptLookup(method.name)
+    if method.kind == "assisted":
+        if assistant is None:
+            raise SystemExit(f"method {method.name} needs an assistant LM (see --assistant)")
+        return AssistantLM(assistant, method.name)
+    if method.drafter not in pipe.drafters:
+        raise SystemExit(f"method {method.name} needs the drafter {method.drafter!r}, which is not loaded")
+    return TreeDrafter(method.name, pipe.drafters[method.drafter], method.overrides)
+
+
 def run_method(pipe, method: Method, image, question, base: FoveaConfig, assistant=None) -> GenerationResult:
+    prompt = pipe.target.prepare(image, question)
     if method.kind == "hf_prompt_lookup":
-        return hf_generate(pipe.target, pipe.target.prepare(image, question), base, method.name,
-                           prompt_lookup_num_tokens=5)
+        return hf_generate(pipe.target, prompt, base, method.name, prompt_lookup_num_tokens=5)
     if method.kind == "hf_assisted":
         if assistant is None:
             raise SystemExit("method hf_assisted needs an assistant LM (see --assistant)")
-        return hf_generate(pipe.target, pipe.target.prepare(image, question), base, method.name,
-                           assistant_model=assistant)
-    cfg = base.replace(**method.overrides)
-    if method.kind == "fovea" and method.drafter not in pipe.drafters:
-        raise SystemExit(f"method {method.name} needs the drafter {method.drafter!r}, which is not loaded")
-    prompt = pipe.target.prepare(image, question)
-    return run(pipe.target, pipe.drafters.get(method.drafter), prompt, cfg,
-               "autoregressive" if method.kind == "autoregressive" else "fovea")
+        return hf_generate(pipe.target, prompt, base, method.name, assistant_model=assistant)
+    return run(pipe.target, strategy_for(pipe, method, assistant), prompt, base)
 
 
 def load_assistant(folder: Path | None, pipe, tiny_random: bool):
@@ -316,7 +332,7 @@ def run_speed(pipe, samples: list, methods: list[str], base: FoveaConfig, assist
             rows.append({"q": qi, "family": s.family, "task": s.task, "method": m, "wall_s": r.wall_s,
                          "n_tokens": len(r.tokens), "accept_lengths": r.accept_lengths,
                          "iter_ms": [(it.draft_ms, it.verify_ms, it.commit_ms) for it in r.iterations
-                                     if hasattr(it, "draft_ms")],
+                                     if r.method != "autoregressive"],
                          "identical_to_ar": r.tokens == results["autoregressive"].tokens})
     return rows
 
@@ -414,7 +430,7 @@ def main(argv=None) -> None:
     methods = args.methods or preset["methods"]
     if "autoregressive" not in methods:
         methods = ["autoregressive", *methods]
-    assistant = load_assistant(args.assistant, pipe, args.tiny_random) if "hf_assisted" in methods else None
+    assistant = load_assistant(args.assistant, pipe, args.tiny_random) if {"hf_assisted", "assisted"} & set(methods) else None
     t_start = time.perf_counter()
     rows = run_speed(pipe, held_out(n), methods, base, assistant)
     summary = summarise(rows, methods)

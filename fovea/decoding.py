@@ -1,9 +1,11 @@
-"""The decode loops: FOVEA tree speculative decoding and the autoregressive baseline, both over
-the same target interface, both yielding one trace record per round.
+"""The decode loops: speculative decoding with any drafting strategy (`fovea.candidates`) and the
+autoregressive baseline, both over the same target interface, both yielding one record stream.
 
-Per FOVEA round: (1) draft a tree, (2) verify it in one target forward with a tree mask,
-(3) accept a path (greedy or speculative sampling), (4) commit the path into both caches.
-Stops exactly at EOS or max_new_tokens, also inside an accepted path.
+`generate` yields a `PrefillTrace` for the prefill token, then per speculative round: (1) draft a
+tree, (2) verify it in one target forward with a tree mask, (3) accept a path (greedy or
+speculative sampling), (4) commit the path into the target cache and the drafting session.
+Stops exactly at EOS or max_new_tokens, also inside an accepted path. Each record times itself
+from resume to yield, so a slow consumer never inflates the decoder's figures.
 """
 from __future__ import annotations
 
@@ -13,13 +15,11 @@ from typing import Iterator
 
 import torch
 
+from fovea.candidates import DraftSession, Strategy, TreeDrafter
 from fovea.config import FoveaConfig
-from fovea.draft import DraftState, context_pairs, draft_tree, extend
-from fovea.drafter import Drafter
-from fovea.memory import VisualMemory
+from fovea.profile import NO_CLOCK, Clock
 from fovea.target import Prompt, TargetState
-from fovea.trace import GenerationResult, IterationTrace, StepTrace
-from fovea.tree import build_tree_buffers
+from fovea.trace import Accumulator, GenerationResult, IterationTrace, PrefillTrace, StepTrace
 from fovea.verify import accept_greedy, accept_sampling, process_logits
 
 
@@ -27,12 +27,30 @@ from fovea.verify import accept_greedy, accept_sampling, process_logits
 class Session:
     """Everything one request carries between rounds."""
     target_state: TargetState
-    draft_state: DraftState | None
-    memory: VisualMemory | None
+    draft: DraftSession | None
     root: int                                  # last emitted token, not yet in the target cache
+    eos: set[int]
+    budget: int                                # max_new_tokens
     out: list[int] = field(default_factory=list)
-    done: bool = False
     generator: torch.Generator | None = None
+
+    @property
+    def done(self) -> bool:
+        return bool(self.out) and (self.out[-1] in self.eos or len(self.out) >= self.budget)
+
+    @property
+    def finish(self) -> str | None:
+        return None if not self.done else ("eos" if self.out[-1] in self.eos else "length")
+
+    def emit(self, tokens: list[int]) -> list[int]:
+        """Append tokens until EOS (kept) or the budget; returns what was appended."""
+        taken = []
+        for t in tokens:
+            if self.done:
+                break
+            self.out.append(t)
+            taken.append(t)
+        return taken
 
 
 def _pick(logits: torch.Tensor, cfg: FoveaConfig, gen) -> int:
@@ -43,39 +61,23 @@ def _pick(logits: torch.Tensor, cfg: FoveaConfig, gen) -> int:
     return int(torch.multinomial(probs, 1, generator=gen))
 
 
-def _emit(session: Session, tokens: list[int], eos: set[int], budget: int) -> list[int]:
-    """Append tokens until EOS (kept) or the budget; returns what was appended."""
-    taken = []
-    for t in tokens:
-        if session.done:
-            break
-        session.out.append(t)
-        taken.append(t)
-        session.done = t in eos or len(session.out) >= budget
-    return taken
-
-
-def start(target, drafter: Drafter | None, prompt: Prompt, cfg: FoveaConfig) -> Session:
-    """Prefill the target (and the drafter), emit the first token, build the visual memory."""
+@torch.inference_mode()
+def start(target, strategy: Strategy | None, prompt: Prompt, cfg: FoveaConfig) -> Session:
+    """Prefill the target, emit the first token, start the drafting session (if any)."""
     gen = torch.Generator().manual_seed(cfg.decoding.seed)
     state, out = target.prefill(prompt)
     first = _pick(out.logits[-1], cfg, gen)
-    memory, draft_state = None, None
-    if drafter is not None:
-        memory = drafter.encode_memory(target.visual_tokens(prompt), getattr(target, "memory_grid", None))
-        seq = torch.cat([prompt.input_ids[0].cpu(), torch.tensor([first])])
-        keep = context_pairs(seq, target.image_token_id) if drafter.cfg.context == "text" else None
-        draft_state = extend(drafter, None, seq[1:], out.hidden, keep)
-    session = Session(target_state=state, draft_state=draft_state, memory=memory, root=first, generator=gen)
-    _emit(session, [first], target.eos_token_ids, cfg.decoding.max_new_tokens)
+    draft = None if strategy is None else strategy.start(target, prompt, out, first, cfg)
+    session = Session(target_state=state, draft=draft, root=first, eos=target.eos_token_ids,
+                      budget=cfg.decoding.max_new_tokens, generator=gen)
+    session.emit([first])
     return session
 
 
 def verify_tree(target, state: TargetState, tree, cfg: FoveaConfig, generator=None):
     """One target forward over root + draft nodes with the tree mask (appends them to the cache),
     then the acceptance rule. -> (target output, accepted node indices, bonus token)."""
-    buffers = build_tree_buffers(tree.parents)
-    out = target.forward(state, torch.tensor(tree.tokens), buffers.depths, buffers.mask)
+    out = target.forward(state, tree.token_ids, tree.depth_ids, tree.mask)
     if cfg.decoding.greedy:
         accepted, bonus = accept_greedy(tree.tokens, tree.parents, out.logits.argmax(-1).tolist())
     else:
@@ -84,38 +86,36 @@ def verify_tree(target, state: TargetState, tree, cfg: FoveaConfig, generator=No
     return out, accepted, bonus
 
 
-@torch.no_grad()
-def speculative_rounds(target, drafter: Drafter, session: Session, cfg: FoveaConfig) -> Iterator[IterationTrace]:
+@torch.inference_mode()
+def speculative_rounds(target, session: Session, cfg: FoveaConfig, clock: Clock = NO_CLOCK) -> Iterator[IterationTrace]:
     it = 0
     while not session.done:
         t0 = time.perf_counter()
+        clock.start()
         # 1. draft a tree rooted at the last emitted token
-        tree = draft_tree(drafter, session.draft_state, session.root, session.memory, cfg,
-                          trace=cfg.decoding.trace, generator=session.generator)
+        tree = session.draft.propose(session.root, session.generator, clock)
         t1 = time.perf_counter()
         # 2-3. verify the tree in one target forward, accept a path and take the bonus token
         out, accepted, bonus = verify_tree(target, session.target_state, tree, cfg, session.generator)
         t2 = time.perf_counter()
-        # 4. commit root + accepted path into the target cache, extend the drafter with target features
+        clock.lap("verify")
+        # 4. commit root + accepted path into the target cache and the drafting session
         keep = torch.tensor([0] + accepted)
         target.commit(session.target_state, len(tree.tokens), keep)
         new_tokens = [tree.tokens[a] for a in accepted] + [bonus]
-        emitted = _emit(session, new_tokens, target.eos_token_ids, cfg.decoding.max_new_tokens)
+        emitted = session.emit(new_tokens)
         if not session.done:
-            session.draft_state = extend(drafter, session.draft_state, torch.tensor(new_tokens),
-                                         out.hidden.index_select(0, keep))
+            session.draft.update(new_tokens, out.hidden.index_select(0, keep))
             session.root = bonus
         t3 = time.perf_counter()
-        yield IterationTrace(
-            iteration=it, tokens=tree.tokens, parents=tree.parents, depths=tree.depths, scores=tree.scores,
-            retrieval=tree.retrieval, accepted=accepted,
-            rejected=[n for n in range(1, len(tree.tokens)) if n not in set(accepted)],
-            emitted=emitted, bonus_token=bonus,
-            draft_ms=(t1 - t0) * 1e3, verify_ms=(t2 - t1) * 1e3, commit_ms=(t3 - t2) * 1e3)
+        clock.lap("commit")
+        yield IterationTrace(it, tree.token_ids, tree.parent_ids, tree.depth_ids, tree.score_values,
+                             tree.retrieval, accepted, None, emitted, bonus, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
+                             (t3 - t2) * 1e3, session.finish, tree.mask)
         it += 1
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def autoregressive_steps(target, session: Session, cfg: FoveaConfig) -> Iterator[StepTrace]:
     step = 0
     zero = torch.zeros(1, dtype=torch.long)
@@ -124,37 +124,34 @@ def autoregressive_steps(target, session: Session, cfg: FoveaConfig) -> Iterator
         out = target.forward(session.target_state, torch.tensor([session.root]), zero, None)
         target.commit(session.target_state, 1, zero)
         session.root = _pick(out.logits[-1], cfg, session.generator)
-        _emit(session, [session.root], target.eos_token_ids, cfg.decoding.max_new_tokens)
-        yield StepTrace(step=step, token=session.root, forward_ms=(time.perf_counter() - t0) * 1e3)
+        session.emit([session.root])
+        yield StepTrace(step, session.root, (time.perf_counter() - t0) * 1e3, session.finish)
         step += 1
 
 
-def generate(target, drafter: Drafter | None, prompt: Prompt, cfg: FoveaConfig,
-             method: str = "fovea") -> Iterator:
-    """Yield per-round records, then one GenerationResult. method: "fovea" or "autoregressive"."""
-    if method not in ("fovea", "autoregressive"):
-        raise ValueError(f"method must be 'fovea' or 'autoregressive', got {method!r}")
-    if method == "fovea" and drafter is None:
-        raise ValueError("FOVEA decoding needs a drafter")
+@torch.inference_mode()
+def generate(target, strategy: Strategy | None, prompt: Prompt, cfg: FoveaConfig,
+             clock: Clock = NO_CLOCK) -> Iterator:
+    """Yield a PrefillTrace, then one record per round (a strategy) or step (None: autoregressive).
+    The strategy adjusts the config first (e.g. the no-correction ablation switches correction off)."""
+    cfg = cfg if strategy is None else strategy.configure(cfg)
     t0 = time.perf_counter()
-    session = start(target, drafter if method == "fovea" else None, prompt, cfg)
-    prefill_ms = (time.perf_counter() - t0) * 1e3
-    rounds = speculative_rounds(target, drafter, session, cfg) if method == "fovea" \
-        else autoregressive_steps(target, session, cfg)
-    records, accept_lengths = [], []
-    for rec in rounds:
-        accept_lengths.append(rec.accept_length if isinstance(rec, IterationTrace) else 1)
-        records.append(rec)
-        yield rec
-    wall = time.perf_counter() - t0
-    finish = "eos" if session.out and session.out[-1] in target.eos_token_ids else "length"
-    yield GenerationResult(
-        method=method, tokens=list(session.out), text=target.tokenizer.decode(session.out, skip_special_tokens=True),
-        wall_s=wall, prefill_ms=prefill_ms, target_forwards=1 + len(accept_lengths), iterations=records,
-        accept_lengths=accept_lengths, memory_grid=getattr(target, "memory_grid", None), finish_reason=finish)
+    session = start(target, strategy, prompt, cfg)
+    yield PrefillTrace(session.out[0], (time.perf_counter() - t0) * 1e3, session.finish)
+    if strategy is None:
+        yield from autoregressive_steps(target, session, cfg)
+    else:
+        yield from speculative_rounds(target, session, cfg, clock)
 
 
-def run(target, drafter, prompt, cfg, method="fovea") -> GenerationResult:
-    """Drain `generate` and return its GenerationResult."""
-    *_, result = generate(target, drafter, prompt, cfg, method)
-    return result
+def run(target, strategy: Strategy | None, prompt: Prompt, cfg: FoveaConfig, clock: Clock = NO_CLOCK) -> GenerationResult:
+    """Fold `generate` into an Accumulator and return its GenerationResult."""
+    acc = Accumulator("autoregressive" if strategy is None else strategy.name, getattr(target, "memory_grid", None))
+    for record in generate(target, strategy, prompt, cfg, clock):
+        acc.add(record)
+    return acc.result(target.tokenizer.decode(acc.tokens, skip_special_tokens=True))
+
+
+def fovea(drafter) -> TreeDrafter:
+    """The FOVEA strategy over a drafter (the request's config decides correction, tree, retrieval)."""
+    return TreeDrafter("fovea", drafter)

@@ -1,28 +1,34 @@
-"""Dynamic draft-tree construction (EAGLE-2 style) with the FOVEA drafter.
+"""Dynamic draft-tree construction (EAGLE-2 style) with the FOVEA drafter, as tensor bookkeeping.
 
 Level by level: the `top_k` best frontier nodes (by cumulative draft log-prob) are run through
 the drafter in one batched step, each proposes its `top_k` best children; after `depth` levels
 all proposed nodes are globally reranked and the best `total_tokens` (closed under ancestors)
-form the tree the target verifies. Tree entries of the drafter's KV cache are discarded after
-the round. Knows nothing about acceptance.
+form the tree the target verifies. Tokens, parents, depths, scores and ancestry live in
+preallocated tensors (ancestry from `fovea.tree`, the one implementation); a level runs without
+a host sync. The drafter's KV cache is a preallocated buffer (`fovea.layers.KVBuffer`): tree
+levels are written after the committed pairs and simply overwritten by the next commit.
+Knows nothing about acceptance.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 
 from fovea.config import FoveaConfig
 from fovea.drafter import Drafter
 from fovea.memory import VisualMemory
-from fovea.trace import NodeRetrieval
+from fovea.profile import NO_CLOCK, Clock
+from fovea.trace import RetrievalLog
+from fovea.tree import add_nodes, new_ancestors, prune, renumber
 
 
 @dataclass
 class DraftState:
-    """The drafter's committed KV cache: one entry per (feature, next token) pair, `length` long."""
-    past: list                      # per layer (keys, values) [1, H_kv, length, Dh]
-    length: int                     # cached pairs
+    """The drafter's committed KV cache: `length` cached (feature, next token) pairs in `buffers`."""
+    buffers: list                   # per layer KVBuffer [1, H_kv, capacity, Dh]
+    length: int                     # cached pairs (slots 0..length-1)
     root_h: torch.Tensor            # [D] draft state of the current root (predicts depth-1 tokens)
     next_pos: int = -1              # position of the next pair; == length unless pairs were skipped
 
@@ -33,11 +39,30 @@ class DraftState:
 
 @dataclass
 class DraftTree:
-    tokens: list[int]               # [N+1], node 0 = root
-    parents: list[int]
-    depths: list[int]
-    scores: list[float]
-    retrieval: dict[int, NodeRetrieval] = field(default_factory=dict)
+    """A pruned draft tree as tensors (node 0 = root, parents before children, siblings by score);
+    the list views are converted on first read."""
+    token_ids: torch.Tensor         # [N+1] long
+    parent_ids: torch.Tensor        # [N+1] long, -1 for the root
+    depth_ids: torch.Tensor         # [N+1] long, root 0
+    score_values: torch.Tensor      # [N+1] float, cumulative draft log-prob (root 0)
+    mask: torch.Tensor              # [N+1, N+1] bool ancestor-or-self: the verification mask
+    retrieval: RetrievalLog | dict = field(default_factory=dict)
+
+    @cached_property
+    def tokens(self) -> list[int]:
+        return self.token_ids.tolist()
+
+    @cached_property
+    def parents(self) -> list[int]:
+        return self.parent_ids.tolist()
+
+    @cached_property
+    def depths(self) -> list[int]:
+        return self.depth_ids.tolist()
+
+    @cached_property
+    def scores(self) -> list[float]:
+        return self.score_values.tolist()
 
 
 def context_pairs(input_ids: torch.Tensor, image_token_id: int | None) -> torch.Tensor:
@@ -50,12 +75,14 @@ def context_pairs(input_ids: torch.Tensor, image_token_id: int | None) -> torch.
     return text[..., :-1] & text[..., 1:]
 
 
+@torch.inference_mode()
 def extend(drafter: Drafter, state: DraftState | None, tokens: torch.Tensor, features: torch.Tensor,
-           keep: torch.Tensor | None = None) -> DraftState:
+           keep: torch.Tensor | None = None, capacity: int = 0) -> DraftState:
     """Append committed pairs: features [T, D] of target positions p..p+T-1 with the tokens [T] that
-    follow them. The last output is the new root's draft state. keep [T] bool (prefill of a
-    text-context drafter): cache only those pairs, at their original positions; the last pair
-    must be kept (it yields the root state)."""
+    follow them, written into the buffers after the committed slots (over any tree slots). The
+    last output is the new root's draft state. keep [T] bool (prefill of a text-context drafter):
+    cache only those pairs, at their original positions; the last pair must be kept (it yields the
+    root state). `capacity`: slots to preallocate on the first call (they grow if exceeded)."""
     start = 0 if state is None else state.length
     first_pos = 0 if state is None else state.next_pos
     t = tokens.shape[0]
@@ -65,92 +92,81 @@ def extend(drafter: Drafter, state: DraftState | None, tokens: torch.Tensor, fea
             raise ValueError("the last committed pair must be kept: it gives the root's draft state")
         tokens, features, positions = tokens[keep], features[keep], positions[keep]
     n = tokens.shape[0]
-    mask = torch.ones(n, start + n, dtype=torch.bool)
-    mask[:, start:] = torch.tril(mask[:, start:])
-    h, new_kv = drafter.step(tokens[None], features[None], positions[None], mask[None, None],
-                             None if state is None else state.past)
-    past = new_kv if state is None else [(torch.cat([pk, k], 2), torch.cat([pv, v], 2))
-                                         for (pk, pv), (k, v) in zip(state.past, new_kv)]
-    return DraftState(past=past, length=start + n, root_h=h[0, -1], next_pos=first_pos + t)
+    buffers = drafter.new_buffers(max(capacity, start + n)) if state is None else state.buffers
+    mask = torch.ones(n, start + n, dtype=torch.bool).tril(start)   # all committed + causal among new
+    h, _ = drafter.step(tokens[None], features[None], positions[None], mask[None, None],
+                        buffers=buffers, at=start, max_pos=first_pos + t)
+    return DraftState(buffers=buffers, length=start + n, root_h=h[0, -1], next_pos=first_pos + t)
 
 
-def _record(got, gate, rows: list[int], out: dict) -> None:
-    if got is None:
-        return
-    for j, node in enumerate(rows):
-        k = int(got.k[j])
-        out[node] = NodeRetrieval(indices=got.indices[j, :k].tolist(), weights=got.weights[j, :k].tolist(),
-                                  k=k, gate=float(gate[j]))
-
-
-@torch.no_grad()
+@torch.inference_mode()
 def draft_tree(drafter: Drafter, state: DraftState, root_token: int, memory: VisualMemory | None,
-               cfg: FoveaConfig, trace: bool = True, generator: torch.Generator | None = None) -> DraftTree:
-    k_top = 1 if cfg.tree.chain else cfg.tree.top_k
-    # all proposed nodes: token, parent, depth, score (node 0 = root)
-    tok, par, dep, sco = [root_token], [-1], [0], [0.0]
-    retrieval: dict[int, NodeRetrieval] = {}
-    hs = {0: state.root_h}          # draft state of every node run through the drafter
-    tree_kv: list = []              # per layer (k, v): committed cache + expanded tree nodes
-    kv_nodes: list[int] = []        # node index of each tree-KV slot, in order
-    frontier = [0]
-    for level in range(1, cfg.tree.depth + 1):
-        h = torch.stack([hs[n] for n in frontier])                       # [F, D]
-        depth = torch.tensor([dep[n] for n in frontier])
-        logits, got, gate = drafter.head(h, depth, memory, cfg.correction, cfg.retrieval, generator)
-        if trace:
-            _record(got, gate, frontier, retrieval)
-        logp = torch.log_softmax(logits, -1)
-        top_lp, top_tok = logp.topk(k_top, dim=-1)                        # [F, k]
-        cand = []
-        for node, lps, toks in zip(frontier, top_lp.tolist(), top_tok.tolist()):
-            for lp, t in zip(lps, toks):
-                tok.append(t)
-                par.append(node)
-                dep.append(level)
-                sco.append(sco[node] + lp)
-                cand.append(len(tok) - 1)
-        if level == cfg.tree.depth:
-            break
-        frontier = sorted(cand, key=lambda n: -sco[n])[:k_top]
-        _expand(drafter, state, frontier, tok, par, dep, hs, tree_kv, kv_nodes)
-    return _select(tok, par, dep, sco, retrieval, cfg.tree.total_tokens)
+               cfg: FoveaConfig, trace: bool = True, generator: torch.Generator | None = None,
+               clock: Clock = NO_CLOCK) -> DraftTree:
+    """Grow `depth` levels from the root, then prune to `total_tokens` nodes. `clock` (profiling)
+    gets a lap per stage and level; the default records nothing."""
+    k, depth = (1 if cfg.tree.chain else cfg.tree.top_k), cfg.tree.depth
+    size = 1 + k + (depth - 1) * k * k                  # every node any level can propose
+    tok = torch.empty(size, dtype=torch.long)
+    par = torch.full((size,), -1, dtype=torch.long)
+    dep = torch.zeros(size, dtype=torch.long)
+    sco = torch.zeros(size)
+    anc = new_ancestors(size)
+    tok[0] = root_token
+    log = RetrievalLog() if trace else None
+    front = torch.zeros(1, dtype=torch.long)            # node ids of the frontier [F]
+    h = state.root_h[None]                              # draft states of the frontier [F, D]
+    n = 1                                               # nodes so far (static: no host sync)
+    expanded = torch.empty(0, dtype=torch.long)         # node id of each tree KV slot, in slot order
+    clock.lap("draft/setup", 0)
+    for level in range(1, depth + 1):
+        logits, got, gate = drafter.head(h, level - 1, memory, cfg.correction, cfg.retrieval, generator,
+                                         clock=clock, level=level)
+        if log is not None and got is not None:
+            log.add(front, got, gate)
+        top_lp, top_tok = torch.log_softmax(logits, -1).topk(k, dim=-1)        # [F, k]
+        clock.lap("draft/head", level)
+        width = front.shape[0] * k
+        parents = front.repeat_interleave(k)                                    # [F*k]
+        tok[n:n + width] = top_tok.flatten()
+        par[n:n + width] = parents
+        dep[n:n + width] = level
+        sco[n:n + width] = (sco[front][:, None] + top_lp).flatten()
+        add_nodes(anc, n, parents)
+        clock.lap("draft/tree", level)
+        if level < depth:
+            pick = sco[n:n + width].topk(k).indices                             # [k] among the new nodes
+            front = n + pick
+            expanded = torch.cat([expanded, front])
+            # a child reads its parent's draft state: row pick // k of this level's h [k, D]
+            h = _expand(drafter, state, tok, anc, expanded, h[pick // k], level, clock)
+        n += width
+    return _select(tok, par, dep, sco, anc, n, cfg.tree.total_tokens, log, clock)
 
 
-def _expand(drafter, state, frontier, tok, par, dep, hs, tree_kv, kv_nodes) -> None:
-    """Run the frontier nodes (inputs: own token, parent's draft state) in one drafter step.
-    tree_kv holds, per layer, the committed cache with every earlier tree level appended."""
-    tokens = torch.tensor([tok[n] for n in frontier])[None]
-    feats = torch.stack([hs[par[n]] for n in frontier])[None]
-    positions = torch.tensor([state.next_pos - 1 + dep[n] for n in frontier])[None]
-    # mask over [committed | earlier tree slots | these nodes]: ancestors and self only
-    rows = []
-    for i, n in enumerate(frontier):
-        anc, a = set(), par[n]
-        while a > 0:
-            anc.add(a)
-            a = par[a]
-        rows.append([s in anc for s in kv_nodes] + [j == i for j in range(len(frontier))])
-    mask = torch.cat([torch.ones(len(frontier), state.length, dtype=torch.bool), torch.tensor(rows)], 1)
-    past = tree_kv if tree_kv else state.past
-    h, new_kv = drafter.step(tokens, feats, positions, mask[None, None], past)
-    tree_kv[:] = [(torch.cat([pk, k], 2), torch.cat([pv, v], 2)) for (pk, pv), (k, v) in zip(past, new_kv)]
-    kv_nodes.extend(frontier)
-    for i, n in enumerate(frontier):
-        hs[n] = h[0, i]
+def _expand(drafter: Drafter, state: DraftState, tok: torch.Tensor, anc: torch.Tensor, expanded: torch.Tensor,
+            feats: torch.Tensor, level: int, clock: Clock) -> torch.Tensor:
+    """Run this level's frontier (the last k of `expanded` [S]: own token, parent's draft state
+    feats [k, D]) in one drafter step, writing their KV at tree slots S-k..S-1 after the committed
+    pairs. Slot s holds node expanded[s], so a node attends the committed pairs plus the slots of
+    its ancestors and itself: its ancestor row restricted to `expanded`. -> draft states [k, D]."""
+    k = feats.shape[0]
+    nodes = expanded[-k:]
+    mask = torch.cat([torch.ones(k, state.length, dtype=torch.bool), anc[nodes][:, expanded]], 1)
+    pos = state.next_pos - 1 + level
+    clock.lap("draft/tree", level)
+    h, _ = drafter.step(tok[nodes][None], feats[None], torch.full((1, k), pos), mask[None, None],
+                        buffers=state.buffers, at=state.length + expanded.shape[0] - k, max_pos=pos)
+    clock.lap("draft/blocks", level)
+    return h[0]
 
 
-def _select(tok, par, dep, sco, retrieval, budget: int) -> DraftTree:
+def _select(tok, par, dep, sco, anc, n: int, budget: int, log: RetrievalLog | None, clock: Clock) -> DraftTree:
     """Keep the `budget` best-scoring nodes plus their ancestors; renumber with parents first."""
-    ranked = sorted(range(1, len(tok)), key=lambda n: (-sco[n], n))[:budget]
-    keep = set(ranked)
-    for n in ranked:
-        a = par[n]
-        while a > 0 and a not in keep:
-            keep.add(a)
-            a = par[a]
-    order = [0] + sorted(keep, key=lambda n: (dep[n], -sco[n], n))
-    new_id = {old: i for i, old in enumerate(order)}
-    return DraftTree(tokens=[tok[n] for n in order], parents=[-1] + [new_id[par[n]] for n in order[1:]],
-                     depths=[dep[n] for n in order], scores=[sco[n] for n in order],
-                     retrieval={new_id[n]: r for n, r in retrieval.items() if n in new_id})
+    order = prune(anc[:n, :n], sco[:n], dep[:n], budget)                         # [N+1]
+    mask, parents = renumber(anc[:n, :n], par[:n], order)
+    if log is not None:
+        log.renumber(order, n)
+    clock.lap("draft/select", 0)
+    return DraftTree(token_ids=tok[order], parent_ids=parents, depth_ids=dep[order], score_values=sco[order],
+                     mask=mask, retrieval=log if log is not None else {})

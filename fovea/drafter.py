@@ -19,8 +19,9 @@ from torch import nn
 
 from fovea.config import CorrectionConfig, DrafterConfig, RetrievalConfig, from_dict
 from fovea.correction import GatedCorrection
-from fovea.layers import DecoderBlock, RMSNorm
+from fovea.layers import DecoderBlock, KVBuffer, RMSNorm, rotary, rotary_table
 from fovea.memory import MemoryEncoder, VisualMemory
+from fovea.profile import NO_CLOCK, Clock
 from fovea.retrieval import Retrieved, Retriever
 
 KVList = list  # per layer (keys, values), each [B, H_kv, S, Dh]
@@ -97,36 +98,72 @@ class Drafter(nn.Module):
 
     # ---- the two calls the decode loop makes ------------------------------------------------
     def step(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,
-             mask: torch.Tensor, past: KVList | None) -> tuple[torch.Tensor, KVList]:
+             mask: torch.Tensor, past: KVList | None = None, buffers: list[KVBuffer] | None = None,
+             at: int = 0, max_pos: int | None = None) -> tuple[torch.Tensor, KVList]:
         """tokens [B, T] (the NEXT token of each pair), features [B, T, D], positions [B, T],
-        mask [B|1, 1, T, S+T] bool over [past; new] -> (draft states h [B, T, D], new kv per layer)."""
+        mask [B|1, 1, T, S+T] bool over [past; new] -> (draft states h [B, T, D], new kv per layer).
+        Decoding passes `buffers` (one per layer, slots 0..at-1 = the past, written in place) and
+        `max_pos` (an upper bound of `positions`: rotary rows are then looked up, not recomputed)."""
         dev = self.device
         tokens, features, positions, mask = tokens.to(dev), features.to(dev), positions.to(dev), mask.to(dev)
         x = self.fc(torch.cat([nn.functional.embedding(tokens, self.embed_weight), features], dim=-1))
+        rope = self._rope(positions, max_pos)
         new_kv = []
         for i, block in enumerate(self.blocks):
-            x, kv = block(x, positions, mask, None if past is None else past[i])
+            x, kv = block(x, rope, mask, None if past is None else past[i],
+                          None if buffers is None else buffers[i], at)
             new_kv.append(kv)
         return x, new_kv
+
+    def _rope(self, positions: torch.Tensor, max_pos: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [B, 1, T, Dh] of positions [B, T]: from a cached table when max_pos is known."""
+        inv = self.blocks[0].inv_freq
+        if max_pos is None:
+            return rotary(positions, inv)
+        table = getattr(self, "_rope_table", None)
+        if table is None or table.shape[1] <= max_pos or table.device != inv.device:
+            size = max(self.cfg.max_positions, 2 * (max_pos + 1))
+            table = self._rope_table = rotary_table(size, inv)             # [2, P, Dh]
+        rows = table[:, positions]                                          # [2, B, T, Dh]
+        return rows[0, :, None], rows[1, :, None]
+
+    def new_buffers(self, capacity: int) -> list[KVBuffer]:
+        """Empty preallocated KV buffers, one per block, for `capacity` cached pairs."""
+        head_dim = self.cfg.hidden_size // self.cfg.num_heads
+        return [KVBuffer(self.cfg.num_kv_heads, head_dim, capacity, self.fc.weight.dtype, self.device)
+                for _ in self.blocks]
 
     def encode_memory(self, visual_tokens: torch.Tensor, grid=None) -> VisualMemory:
         return self.memory_encoder(visual_tokens.float().to(self.device), grid=grid)
 
-    def head(self, h: torch.Tensor, depth: torch.Tensor, memory: VisualMemory | None,
+    def head(self, h: torch.Tensor, depth: torch.Tensor | int, memory: VisualMemory | None,
              correction: CorrectionConfig, retrieval: RetrievalConfig,
-             generator: torch.Generator | None = None) -> tuple[torch.Tensor, Retrieved | None, torch.Tensor | None]:
-        """h [S, D] draft states at tree depths [S] -> (logits [S, V], retrieval, gate [S]).
+             generator: torch.Generator | None = None, clock: Clock = NO_CLOCK,
+             level: int = 0) -> tuple[torch.Tensor, Retrieved | None, torch.Tensor | None]:
+        """h [S, D] draft states at tree depths [S] (or one int for all) -> (logits [S, V],
+        retrieval, gate [S]).
 
         States deeper than `correction.max_depth` (or all, when disabled / no memory) go straight
         to RMSNorm + LM head; the others get h + g * f([h; r]) first. h itself is never modified.
+        A tree level has one depth: pass it as an int and no host sync is needed to split rows.
         """
-        h, depth = h.to(self.device), depth.to(self.device)
+        h = h.to(self.device)
         use = correction.enabled and memory is not None and correction.max_depth >= 0
+        pre, got, gate = h, None, None
+        if isinstance(depth, int):
+            if use and depth <= correction.max_depth:
+                got = self.retriever(h, torch.full((h.shape[0],), depth, device=h.device), memory, retrieval,
+                                     generator)
+                clock.lap("draft/retrieval", level)
+                pre, gate = self.corrector(h, got.readout, correction.use_gate)
+                clock.lap("draft/correction", level)
+            logits = self.norm(pre) @ self.lm_head_weight.T
+            clock.lap("draft/head", level)
+            return logits, got, gate
+        depth = depth.to(self.device)
         sel = depth <= correction.max_depth
         n_sel = int(sel.sum()) if use else 0
-        pre = h
-        got, gate = None, None
-        if n_sel == h.shape[0]:        # the usual case: a tree level has one depth, all corrected
+        if n_sel == h.shape[0]:
             got = self.retriever(h, depth, memory, retrieval, generator)
             pre, gate = self.corrector(h, got.readout, correction.use_gate)
         elif n_sel > 0:

@@ -1,8 +1,10 @@
-"""A minimal Llama-style decoder block with explicit positions, masks and KV tensors.
+"""A minimal Llama-style decoder block with explicit rotary tables, masks and KV tensors.
 
-Used by the drafter only (the target is a transformers model). Every call takes the positions,
-the attention mask and the past keys/values as arguments and returns the new keys/values; there
-is no hidden state on the module, so tree drafting and training reuse the same code.
+Used by the drafter only (the target is a transformers model). Every call takes the rotary
+cos/sin of its positions, the attention mask and either the past keys/values (training: the new
+ones are concatenated and returned) or a preallocated `KVBuffer` plus the slot to write at
+(decoding, gpt-fast style: no concatenation, the cache never grows per call). There is no hidden
+state on the module, so tree drafting and training reuse the same code.
 """
 from __future__ import annotations
 
@@ -18,8 +20,33 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        var = x.float().pow(2).mean(-1, keepdim=True)
-        return (x.float() * torch.rsqrt(var + self.eps)).to(x.dtype) * self.weight
+        # one fused op: x / sqrt(mean(x^2) + eps) * weight
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+
+
+class KVBuffer:
+    """Preallocated keys and values of one layer, [1, H_kv, capacity, Dh] each. A call writes its
+    T new entries at slots at..at+T-1 and attends over slots 0..at+T-1; slots past that are stale
+    and never read, so dropping entries is just writing over them later."""
+
+    def __init__(self, kv_heads: int, head_dim: int, capacity: int, dtype, device):
+        self.keys = torch.zeros(1, kv_heads, capacity, head_dim, dtype=dtype, device=device)
+        self.values = torch.zeros_like(self.keys)
+
+    @property
+    def capacity(self) -> int:
+        return self.keys.shape[2]
+
+    def write(self, at: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """k, v [1, H_kv, T, Dh] -> views of keys and values [1, H_kv, at+T, Dh]."""
+        end = at + k.shape[2]
+        if end > self.capacity:        # rare: double the buffer (one copy), then carry on in place
+            grow = max(end, 2 * self.capacity) - self.capacity
+            pad = self.keys.new_zeros(*self.keys.shape[:2], grow, self.keys.shape[3])
+            self.keys, self.values = torch.cat([self.keys, pad], 2), torch.cat([self.values, pad], 2)
+        self.keys[:, :, at:end] = k
+        self.values[:, :, at:end] = v
+        return self.keys[:, :, :end], self.values[:, :, :end]
 
 
 def inverse_frequencies(head_dim: int, theta: float) -> torch.Tensor:
@@ -31,6 +58,13 @@ def rotary(positions: torch.Tensor, inv: torch.Tensor) -> tuple[torch.Tensor, to
     ang = positions.float()[..., None] * inv                       # [B, T, Dh/2]
     ang = torch.cat([ang, ang], dim=-1)[:, None]
     return ang.cos(), ang.sin()
+
+
+def rotary_table(max_positions: int, inv: torch.Tensor) -> torch.Tensor:
+    """cos and sin of every position, [2, max_positions, Dh]: decoding looks rows up instead of
+    recomputing them per call (the same float ops as `rotary`, so the same numbers)."""
+    cos, sin = rotary(torch.arange(max_positions, device=inv.device)[None], inv)
+    return torch.stack([cos[0, 0], sin[0, 0]])
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -52,17 +86,23 @@ class DecoderBlock(nn.Module):
         self.gate_up = nn.Linear(hidden, 2 * intermediate, bias=False)
         self.down = nn.Linear(intermediate, hidden, bias=False)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
-                past: tuple[torch.Tensor, torch.Tensor] | None = None):
-        """x [B, T, D]; positions [B, T]; mask [B or 1, 1, T, S+T] bool (True = attend) over
-        [past; new] keys; past keys/values [B, H_kv, S, Dh]. Returns (y [B, T, D], (k_new, v_new))."""
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor,
+                past: tuple[torch.Tensor, torch.Tensor] | None = None,
+                buffer: KVBuffer | None = None, at: int = 0):
+        """x [B, T, D]; rope: cos, sin [B or 1, 1, T, Dh]; mask [B or 1, 1, T, S+T] bool (True =
+        attend) over [past; new] keys. Either past keys/values [B, H_kv, S, Dh] (concatenated) or a
+        buffer whose slots 0..at-1 are the past (written in place, S = at). Returns
+        (y [B, T, D], (k_new, v_new))."""
         b, t, _ = x.shape
         h = self.in_norm(x)
         q = self.q(h).view(b, t, self.heads, self.head_dim).transpose(1, 2)
         k, v = self.kv(h).view(b, t, 2, self.kv_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        cos, sin = rotary(positions, self.inv_freq)
+        cos, sin = rope
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        k_all, v_all = (k, v) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
+        if buffer is not None:
+            k_all, v_all = buffer.write(at, k, v)
+        else:
+            k_all, v_all = (k, v) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
         attn = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask,
                                               enable_gqa=self.heads != self.kv_heads)
         x = x + self.o(attn.transpose(1, 2).reshape(b, t, -1))

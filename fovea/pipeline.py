@@ -17,10 +17,11 @@ from PIL import Image, UnidentifiedImageError
 
 from fovea.checkpoints import check_drafter_fits_target, check_target_reference
 from fovea.config import CorrectionConfig, FoveaConfig
+from fovea.candidates import TreeDrafter
 from fovea.decoding import generate
 from fovea.drafter import Drafter, drafter_config_for
 from fovea.models import bundled
-from fovea.trace import GenerationResult
+from fovea.trace import Accumulator, GenerationResult
 
 MAX_IMAGE_PIXELS = 40_000_000        # ~6300 x 6300; larger uploads are refused before decoding
 MIN_IMAGE_SIDE = 8
@@ -157,19 +158,38 @@ class FoveaPipeline:
         return config
 
     # ---- decoding ----------------------------------------------------------------------------
-    def stream(self, image, question, config: FoveaConfig, method: str = "fovea",
-               drafter: str = "fovea") -> Iterator:
-        """Yield per-round trace records, then the GenerationResult."""
-        img, q, cfg = self.validate_image(image), self.validate_question(question), self.validate_config(config)
+    def strategy(self, method: str = "fovea", drafter: str = "fovea"):
+        """method "fovea" (the tree drafter over drafter `drafter`) or "autoregressive" (None)."""
+        if method == "autoregressive":
+            return None
+        if method != "fovea":
+            raise InputError(f"Unknown method {method!r}; choose 'fovea' or 'autoregressive'.")
         if drafter not in self.drafters:
             raise InputError(f"No drafter named {drafter!r} is loaded; available: {sorted(self.drafters)}.")
+        return TreeDrafter(drafter, self.drafters[drafter])
+
+    def stream(self, image, question, config: FoveaConfig, method: str = "fovea",
+               drafter: str = "fovea") -> Iterator:
+        """Yield the trace records of one request (a PrefillTrace, then one per round or step)."""
+        img, q, cfg = self.validate_image(image), self.validate_question(question), self.validate_config(config)
+        strategy = self.strategy(method, drafter)
         prompt = self.target.prepare(img, q)
-        yield from generate(self.target, self.drafters[drafter], prompt, cfg, method)
+        yield from generate(self.target, strategy, prompt, cfg)
+
+    def accumulator(self, method: str = "fovea") -> Accumulator:
+        """An empty Accumulator for this pipeline's records (knows the memory grid)."""
+        return Accumulator(method, self.memory_grid)
+
+    def result(self, acc: Accumulator) -> GenerationResult:
+        """The GenerationResult of a folded run, with its text decoded."""
+        return acc.result(self.target.tokenizer.decode(acc.tokens, skip_special_tokens=True))
 
     def generate(self, image, question, config: FoveaConfig, method: str = "fovea",
                  drafter: str = "fovea") -> GenerationResult:
-        *_, result = self.stream(image, question, config, method, drafter)
-        return result
+        acc = self.accumulator(method)
+        for record in self.stream(image, question, config, method, drafter):
+            acc.add(record)
+        return self.result(acc)
 
     def token_strings(self, ids: list[int]) -> list[str]:
         """Display text of each token (byte-level pieces decoded one by one)."""

@@ -22,8 +22,8 @@ from fovea.memory import VisualMemory
 @dataclass
 class Retrieved:
     readout: torch.Tensor   # [S, D]   r for each of S draft states
-    indices: torch.Tensor   # [S, K_max_sel] selected entries, sorted by weight; -1 pads rows with smaller K
-    weights: torch.Tensor   # [S, K_max_sel] alpha (0 on pads)
+    indices: torch.Tensor   # [S, W] selected entries, sorted by weight; -1 pads each row past its K
+    weights: torch.Tensor   # [S, W] alpha (0 on pads); W = the rule's candidate width (e.g. K_max)
     k: torch.Tensor         # [S] entries selected per state
 
 
@@ -87,11 +87,11 @@ class Retriever(nn.Module):
             k = torch.minimum(torch.full_like(n_valid, cfg.fixed_k), n_valid)
         else:
             k = cumulative_mass_k(p_sorted, n_valid, cfg.rho, cfg.k_min, cfg.k_max)
-        width = int(k.max())
-        keep = torch.arange(width, device=k.device)[None, :] < k[:, None]   # [S, width]
-        w = p_sorted[:, :width] * keep
+        # rows keep their full candidate width (no host sync for max K); pads carry weight 0
+        keep = torch.arange(order.shape[1], device=k.device)[None, :] < k[:, None]   # [S, width]
+        w = p_sorted * keep
         w = w / w.sum(-1, keepdim=True).clamp_min(1e-12)              # renormalise over the selected set
-        idx = order[:, :width]
+        idx = order
         # r = sum_i alpha_i u_i as one [S, N] @ [N, D] product (pads carry weight 0)
         dense_w = torch.zeros(h.shape[0], n, dtype=w.dtype, device=w.device).scatter(1, idx, w)
         readout = dense_w @ memory.values

@@ -1,9 +1,14 @@
-"""Typed records of a decoding run: one `IterationTrace` per draft-verify round, one
-`GenerationResult` per request.
+"""The one record stream of a decoding run and the one accumulator that folds it.
 
-This is the single stream the CLI, the benchmarks and the app read. It holds plain Python
-values (ints, floats, lists), never tensors, so records can be pickled, JSON-dumped and
-shared with a UI process.
+`generate` yields a `PrefillTrace` (the prefill's token), then one `IterationTrace` per
+draft-verify round (FOVEA) or one `StepTrace` per step (autoregressive). Every record carries
+what it emitted, its own wall milliseconds (consumer time excluded) and, on the last one, the
+finish reason. `Accumulator` folds records, in any consumer (app, bench, analyses, CLI), into
+tokens, accept lengths, target forwards, tokens/s, the focus trajectory and focus drift; each
+record folds itself (`fold_into`), so no consumer filters records by type.
+
+Records keep the draft loop's tensors and convert them to Python lists on first read, so
+tracing costs a reference per level, not a host sync per node. Records pickle.
 
 Vocabulary used everywhere:
 - node 0 of a draft tree is the *root*: the last committed token (the previous round's bonus
@@ -15,8 +20,14 @@ Vocabulary used everywhere:
 """
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+import torch
+
+from fovea.tree import ancestors_of, path_to
+
+JACCARD_TOP = 16      # the paper's focus-shift statistic compares Top-16 sets
 
 
 @dataclass
@@ -28,21 +39,109 @@ class NodeRetrieval:
     gate: float             # scalar correction gate g in [0, 1] (1.0 when the gate is ablated)
 
 
+class RetrievalLog(Mapping):
+    """node -> NodeRetrieval of one round, stored as the draft loop's tensors (one tuple per tree
+    level) and converted on first read. `renumber` maps the loop's node ids to the pruned tree's."""
+
+    def __init__(self):
+        self._levels: list[tuple] = []       # (node ids [F], indices [F, W], weights [F, W], k [F], gate [F])
+        self._order: torch.Tensor | None = None
+        self._size = 0
+        self._table: dict[int, NodeRetrieval] | None = None
+
+    def add(self, nodes: torch.Tensor, got, gate: torch.Tensor) -> None:
+        self._levels.append((nodes, got.indices, got.weights, got.k, gate))
+
+    def renumber(self, order: torch.Tensor, size: int) -> None:
+        """order [N+1]: the loop's node id of each kept node; size: node ids the loop used."""
+        self._order, self._size = order, size
+
+    def _convert(self) -> dict[int, NodeRetrieval]:
+        if self._table is None:
+            new_id = list(range(self._size))
+            if self._order is not None:
+                new_id = [-1] * self._size
+                for new, old in enumerate(self._order.tolist()):
+                    new_id[old] = new
+            self._table = {}
+            for nodes, idx, w, k, gate in self._levels:
+                for node, row, wt, kk, g in zip(nodes.tolist(), idx.tolist(), w.tolist(), k.tolist(), gate.tolist()):
+                    if new_id[node] >= 0:
+                        self._table[new_id[node]] = NodeRetrieval(row[:kk], wt[:kk], kk, g)
+        return self._table
+
+    def __getitem__(self, node: int) -> NodeRetrieval:
+        return self._convert()[node]
+
+    def __iter__(self):
+        return iter(self._convert())
+
+    def __len__(self) -> int:
+        return len(self._convert())
+
+
+class _Listed:
+    """Attribute that may be handed a tensor and reads as a Python list (converted once)."""
+
+    def __set_name__(self, owner, name):
+        self.slot = "_" + name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        value = obj.__dict__[self.slot]
+        if isinstance(value, torch.Tensor):
+            value = obj.__dict__[self.slot] = value.tolist()
+        return value
+
+    def __set__(self, obj, value):
+        obj.__dict__[self.slot] = value
+
+
+@dataclass
+class PrefillTrace:
+    """The prefill: one target forward over the prompt and the first answer token."""
+    token: int
+    ms: float = 0.0
+    finish: str | None = None         # "eos" or "length" when this token ended the run
+
+    @property
+    def emitted(self) -> list[int]:
+        return [self.token]
+
+    def fold_into(self, acc: "Accumulator") -> None:
+        acc.tokens.append(self.token)
+        acc.prefill_ms += self.ms
+        acc._count(1, self.ms, self.finish)
+
+
 @dataclass
 class IterationTrace:
+    """One draft-verify round. Tree fields may be given as tensors (read as lists)."""
     iteration: int
-    tokens: list[int]                 # [N+1] node tokens, node 0 = root
-    parents: list[int]                # [N+1] parent node index, -1 for the root
-    depths: list[int]                 # [N+1] root depth 0
-    scores: list[float]               # [N+1] cumulative draft log-prob (root 0.0)
-    retrieval: dict[int, NodeRetrieval]  # node index -> retrieval at its draft state (corrected states only)
-    accepted: list[int]               # accepted node indices along the path, root excluded
-    rejected: list[int]               # draft nodes not accepted
-    emitted: list[int]                # tokens appended to the output this round (accepted + bonus, cut at EOS / budget)
-    bonus_token: int                  # the target's own token after the accepted path
+    tokens: list[int] = _Listed()      # [N+1] node tokens, node 0 = root
+    parents: list[int] = _Listed()     # [N+1] parent node index, -1 for the root
+    depths: list[int] = _Listed()      # [N+1] root depth 0
+    scores: list[float] = _Listed()    # [N+1] cumulative draft log-prob (root 0.0)
+    retrieval: Mapping = field(default_factory=dict)   # node -> NodeRetrieval (corrected states only)
+    accepted: list[int] = field(default_factory=list)   # accepted node indices along the path, root excluded
+    rejected: list[int] | None = None  # draft nodes not accepted (derived when None)
+    emitted: list[int] = field(default_factory=list)    # tokens appended this round (accepted + bonus, cut at EOS / budget)
+    bonus_token: int = -1              # the target's own token after the accepted path
     draft_ms: float = 0.0
     verify_ms: float = 0.0
     commit_ms: float = 0.0
+    finish: str | None = None
+    mask: torch.Tensor | None = None   # [N+1, N+1] ancestor-or-self matrix (derived from parents when None)
+
+    def __post_init__(self) -> None:
+        if self.rejected is None:
+            kept = set(self.accepted)
+            self.rejected = [n for n in range(1, len(self.tokens)) if n not in kept]
+
+    @property
+    def ms(self) -> float:
+        return self.draft_ms + self.verify_ms + self.commit_ms
 
     @property
     def accepted_draft(self) -> int:
@@ -52,10 +151,26 @@ class IterationTrace:
     def accept_length(self) -> int:
         return len(self.accepted) + 1
 
+    @property
+    def ancestors(self) -> torch.Tensor:
+        """[N+1, N+1] bool: ancestors[i, j] when j is i or an ancestor of i (from `fovea.tree`)."""
+        if self.mask is None:
+            self.mask = ancestors_of(self.parents)
+        return self.mask
+
+    def path_to(self, node: int) -> list[int]:
+        return path_to(self.ancestors, node)
+
     def producer_of(self, k: int) -> int:
         """Node whose draft state proposed the k-th emitted token (the parent of that accepted node);
         -1 when the token is the bonus (produced by the target itself)."""
         return self.parents[self.accepted[k]] if k < len(self.accepted) else -1
+
+    def fold_into(self, acc: "Accumulator") -> None:
+        acc.tokens.extend(self.emitted)
+        acc.rounds.append(self)
+        acc.accept_lengths.append(self.accept_length)
+        acc._count(1, self.ms, self.finish)
 
 
 @dataclass
@@ -64,18 +179,34 @@ class StepTrace:
     step: int
     token: int
     forward_ms: float
+    finish: str | None = None
+
+    @property
+    def emitted(self) -> list[int]:
+        return [self.token]
+
+    @property
+    def ms(self) -> float:
+        return self.forward_ms
+
+    def fold_into(self, acc: "Accumulator") -> None:
+        acc.tokens.append(self.token)
+        acc.steps.append(self)
+        acc.accept_lengths.append(1)
+        acc._count(1, self.forward_ms, self.finish)
 
 
 @dataclass
 class GenerationResult:
+    """A finished run, as the accumulator sums it up (`Accumulator.result`)."""
     method: str                       # "fovea", "autoregressive", ...
     tokens: list[int]                 # generated token ids (EOS included if produced)
     text: str
     wall_s: float                     # prefill + decode wall time
     prefill_ms: float
     target_forwards: int              # target forwards, the prefill counted as one
-    iterations: list = field(default_factory=list)   # IterationTrace or StepTrace records (if traced)
-    accept_lengths: list[int] = field(default_factory=list)  # per round, bonus counted (always recorded)
+    iterations: list = field(default_factory=list)   # IterationTrace (FOVEA) or StepTrace (autoregressive) records
+    accept_lengths: list[int] = field(default_factory=list)  # per round, bonus counted (1 per AR step)
     memory_grid: tuple[int, int] | None = None       # (rows, cols) of the visual memory, for heatmaps
     finish_reason: str = "length"     # "eos" or "length"
 
@@ -93,9 +224,94 @@ class GenerationResult:
         """Generated tokens per target forward, the prefill counted as one forward."""
         return len(self.tokens) / max(1, self.target_forwards)
 
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["tokens_per_s"] = self.tokens_per_s
-        d["mean_accept_length"] = self.mean_accept_length
-        d["tokens_per_forward"] = self.tokens_per_forward
-        return d
+
+class Accumulator:
+    """Folds records into a run's figures, live (while streaming) or at the end."""
+
+    def __init__(self, method: str = "fovea", memory_grid: tuple[int, int] | None = None):
+        self.method, self.memory_grid = method, memory_grid
+        self.tokens: list[int] = []
+        self.rounds: list[IterationTrace] = []
+        self.steps: list[StepTrace] = []
+        self.accept_lengths: list[int] = []
+        self.target_forwards = 0
+        self.prefill_ms = 0.0
+        self.ms = 0.0                      # the records' own wall time: consumer time excluded
+        self.finish_reason: str | None = None
+
+    def add(self, record):
+        record.fold_into(self)
+        return record
+
+    def extend(self, records) -> "Accumulator":
+        for record in records:
+            record.fold_into(self)
+        return self
+
+    def _count(self, forwards: int, ms: float, finish: str | None) -> None:
+        self.target_forwards += forwards
+        self.ms += ms
+        self.finish_reason = finish or self.finish_reason
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def wall_s(self) -> float:
+        return self.ms / 1e3
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.tokens) / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def mean_accept_length(self) -> float:
+        return sum(self.accept_lengths) / len(self.accept_lengths) if self.accept_lengths else 1.0
+
+    def focus_trajectory(self) -> list["FocusStep"]:
+        return focus_trajectory(self.rounds)
+
+    def focus_drift(self, top: int = JACCARD_TOP) -> list[float | None]:
+        """Top-`top` Jaccard distance between adjacent rounds' root retrievals (None where either
+        root did not read the memory): the paper's focus drift, one value per adjacent pair."""
+        roots = [r.retrieval.get(0) for r in self.rounds]
+        return [None if a is None or b is None else jaccard_distance(top_set(a, top), top_set(b, top))
+                for a, b in zip(roots, roots[1:])]
+
+    def result(self, text: str = "") -> GenerationResult:
+        return GenerationResult(self.method, list(self.tokens), text, self.wall_s, self.prefill_ms,
+                                self.target_forwards, list(self.rounds or self.steps), list(self.accept_lengths),
+                                self.memory_grid, self.finish_reason or "length")
+
+
+@dataclass(frozen=True)
+class FocusStep:
+    """One draft state on the committed path that read the memory; `iteration` indexes the rounds."""
+    iteration: int
+    node: int
+    retrieval: NodeRetrieval
+
+
+def focus_trajectory(rounds: list[IterationTrace]) -> list[FocusStep]:
+    """Draft states on the committed path with a retrieval record, in decoding order (per round:
+    the root, then the accepted nodes)."""
+    return [FocusStep(pos, node, it.retrieval[node]) for pos, it in enumerate(rounds)
+            for node in [0, *it.accepted] if node in it.retrieval]
+
+
+def top_set(retrieval: NodeRetrieval, top: int = JACCARD_TOP) -> set[int]:
+    """The `top` highest-weight entries (indices are stored largest weight first); all when K < top."""
+    return set(retrieval.indices[:top])
+
+
+def jaccard_distance(a: set, b: set) -> float:
+    """1 - |a & b| / |a | b|; two empty sets are identical (distance 0)."""
+    union = a | b
+    return 1.0 - len(a & b) / len(union) if union else 0.0
+
+
+def focus_shifts(trajectory: list[FocusStep], top: int = JACCARD_TOP) -> list[float]:
+    """Top-`top` Jaccard distance between each pair of adjacent focus steps ([n-1] values)."""
+    sets = [top_set(s.retrieval, top) for s in trajectory]
+    return [jaccard_distance(a, b) for a, b in zip(sets, sets[1:])]

@@ -144,19 +144,19 @@ def test_grounding_scores_rounds_whose_first_token_names_an_object():
 def test_budget_probe_rolls_back_and_full_budget_equals_the_real_round(tiny_pipeline):
     from fovea.config import FoveaConfig
     from fovea.data import eval_seeds, make_sample
-    from fovea.decoding import run, speculative_rounds, start
+    from fovea.decoding import fovea, run, speculative_rounds, start
 
     pipe = tiny_pipeline
     cfg = FoveaConfig().replace(decoding={"max_new_tokens": 12})
     sample = make_sample(eval_seeds(1)[0], family="scene")
     drafter = pipe.drafters["fovea"]
-    session = start(pipe.target, drafter, pipe.target.prepare(sample.image, sample.question), cfg)
+    session = start(pipe.target, fovea(drafter), pipe.target.prepare(sample.image, sample.question), cfg)
     length = session.target_state.length
-    full = probe_accept_length(pipe.target, drafter, session, session.memory, cfg)
+    full = probe_accept_length(pipe.target, drafter, session, session.draft.memory, cfg)
     assert session.target_state.length == length
     assert all(layer.keys.shape[2] == length for layer in session.target_state.cache.layers)
-    assert next(speculative_rounds(pipe.target, drafter, session, cfg)).accept_length == full
+    assert next(speculative_rounds(pipe.target, session, cfg)).accept_length == full
     states, tokens = sweep_sample(pipe, sample, cfg)
     assert all(len(s["accept_lengths"]) == len(FRACTIONS) for s in states)
-    ar = run(pipe.target, None, pipe.target.prepare(sample.image, sample.question), cfg, "autoregressive")
+    ar = run(pipe.target, None, pipe.target.prepare(sample.image, sample.question), cfg)
     assert tokens == ar.tokens

@@ -14,7 +14,7 @@ from app.focus import (FocusStep, colormap, focus_shifts, focus_trajectory, heat
 from app.settings import SettingsError, config_from_settings, variant_config
 from app.streaming import BackgroundStream
 from fovea.config import FoveaConfig
-from fovea.trace import GenerationResult, IterationTrace, NodeRetrieval, StepTrace
+from fovea.trace import Accumulator, GenerationResult, IterationTrace, NodeRetrieval, PrefillTrace, StepTrace
 
 GRID = (8, 8)
 
@@ -47,9 +47,9 @@ def result(rounds):
                             iterations=rounds, accept_lengths=[3, 1], memory_grid=GRID)
 
 
-def test_answer_ids_start_with_the_prefill_token_then_emitted_tokens(rounds):
-    assert render.answer_ids(rounds) == [10, 11, 13, 20, 30]
-    assert render.answer_ids([], first=7) == [7]
+def test_answer_tokens_start_with_the_prefill_token_then_emitted_tokens(rounds):
+    assert Accumulator().extend([PrefillTrace(10), *rounds]).tokens == [10, 11, 13, 20, 30]
+    assert Accumulator().extend([PrefillTrace(7)]).tokens == [7]
 
 
 def test_answer_html_has_one_span_per_token_coloured_by_origin(rounds):
@@ -88,7 +88,7 @@ def test_tree_html_marks_accepted_rejected_bonus_and_retrieval(rounds):
 
 
 def test_focus_trajectory_follows_the_committed_path_and_skips_baseline_steps(rounds):
-    steps = focus_trajectory([*rounds, StepTrace(0, 5, 1.0)])
+    steps = Accumulator().extend([PrefillTrace(10), *rounds]).focus_trajectory()
     assert [(s.iteration, s.node) for s in steps] == [(0, 0), (0, 1), (1, 0)]   # node 2 was rejected
 
 
@@ -166,9 +166,10 @@ def test_stats_metrics_and_speedup(result):
 
 
 def test_stats_from_records_counts_the_prefill_token_and_forward(rounds):
-    live = render.stats_from_records("fovea", rounds, 0.25)
+    live = render.stats_from_records("fovea", [PrefillTrace(10, ms=2.0), *rounds])
     assert (live.tokens, live.target_forwards, live.accept_lengths, live.done) == (5, 3, [3, 1], False)
-    ar = render.stats_from_records("autoregressive", [StepTrace(0, 1, 1.0), StepTrace(1, 2, 1.0)], 0.1)
+    assert live.wall_s == pytest.approx((2.0 + 7.5 + 5.4) / 1e3)        # the records' own milliseconds
+    ar = render.stats_from_records("autoregressive", [PrefillTrace(0), StepTrace(0, 1, 1.0), StepTrace(1, 2, 1.0)])
     assert (ar.tokens, ar.target_forwards, ar.mean_tau) == (3, 3, 1.0)
 
 
@@ -194,7 +195,7 @@ def test_analysis_figures(rounds):
     assert list(hist.data[0].x) == [1, 2, 3] and list(hist.data[0].y) == [1, 0, 1]
     timing = plots.timing_figure(rounds, baseline_forward_ms=3.0)
     assert [t.name for t in timing.data] == ["draft", "verify", "commit"] and list(timing.data[1].y) == [5.0, 4.0]
-    assert plots.accept_length_figure([StepTrace(0, 1, 1.0)]).layout.annotations
+    assert plots.accept_length_figure([]).layout.annotations
     comp = plots.comparison_figure([{"variant": "dense", "speedup": 1.5, "mean_tau": 2.0}])
     assert list(comp.data[0].y) == [1.5]
 

@@ -14,7 +14,7 @@ from fovea.backbones.llava_next import anyres_layout
 from fovea.backbones.qwen2_5_vl import grid_of
 from fovea.config import FoveaConfig
 from fovea.data import make_sample
-from fovea.decoding import run
+from fovea.decoding import fovea, run
 from fovea.drafter import Drafter, drafter_config_for
 from fovea.target import Prompt
 from fovea.tree import build_tree_buffers
@@ -75,7 +75,7 @@ def test_greedy_fovea_equals_model_generate_for_20_prompts(drafted):
         p = target.prepare(img, q)
         ref = target.model.generate(input_ids=p.input_ids, **p.model_inputs, do_sample=False,
                                     max_new_tokens=CFG.decoding.max_new_tokens)
-        out = run(target, drafter, p, CFG, "fovea")
+        out = run(target, fovea(drafter), p, CFG)
         assert out.tokens == ref[0, p.input_ids.shape[1]:].tolist()
         accepted += sum(len(it.accepted) for it in out.iterations)
         rounds += len(out.iterations)
@@ -86,7 +86,7 @@ def test_greedy_fovea_equals_model_generate_for_20_prompts(drafted):
 def test_text_context_drafter_skips_the_image_and_stays_lossless(target):
     """A cache-friendly (text-context) drafter on a real backbone: its prefill caches only pairs
     without the backbone's image placeholder, and decoding still equals generate()."""
-    from fovea.decoding import start
+    from fovea.decoding import fovea, start
 
     assert target.image_token_id is not None
     torch.manual_seed(1)
@@ -95,13 +95,13 @@ def test_text_context_drafter_skips_the_image_and_stays_lossless(target):
         p = target.prepare(img, q)
         n_image = int((p.input_ids == target.image_token_id).sum())
         assert n_image > 0
-        session = start(target, drafter, p, CFG)
+        session = start(target, fovea(drafter), p, CFG)
         n_pairs = p.input_ids.shape[1]
-        assert session.draft_state.next_pos == n_pairs
-        assert session.draft_state.length <= n_pairs - n_image      # every image pair skipped
+        assert session.draft.state.next_pos == n_pairs
+        assert session.draft.state.length <= n_pairs - n_image      # every image pair skipped
         ref = target.model.generate(input_ids=p.input_ids, **p.model_inputs, do_sample=False,
                                     max_new_tokens=CFG.decoding.max_new_tokens)
-        assert run(target, drafter, p, CFG, "fovea").tokens == ref[0, p.input_ids.shape[1]:].tolist()
+        assert run(target, fovea(drafter), p, CFG).tokens == ref[0, p.input_ids.shape[1]:].tolist()
 
 
 def _fresh_prompt(target, prompt, ids):

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from fovea.config import DrafterConfig
-from fovea.decoding import run
+from fovea.decoding import fovea, run
 from fovea.draft import context_pairs, extend
 from fovea.drafter import Drafter, drafter_config_for
 
@@ -76,5 +76,5 @@ def test_text_context_survives_save_and_load(trained_text_pipeline, tmp_path):
     loaded = Drafter.from_pretrained(tmp_path).bind(trained_text_pipeline.target)
     assert loaded.cfg.context == "text"
     p = prompts(trained_text_pipeline, 1, offset=500)[0]
-    assert run(trained_text_pipeline.target, loaded, p, CFG, "fovea").tokens == \
-        run(trained_text_pipeline.target, drafter, p, CFG, "fovea").tokens
+    assert run(trained_text_pipeline.target, fovea(loaded), p, CFG).tokens == \
+        run(trained_text_pipeline.target, fovea(drafter), p, CFG).tokens

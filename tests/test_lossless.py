@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fovea.config import CorrectionConfig, FoveaConfig
-from fovea.decoding import run
+from fovea.decoding import fovea, run
 from fovea.pipeline import FoveaPipeline
 from fovea.training.drafter import train_steps
 
@@ -26,7 +26,7 @@ def self_distillation_batches(pipe, n_prompts=48, new_tokens=32, batch=8):
     cfg = CFG.replace(decoding=dict(max_new_tokens=new_tokens, trace=False))
     rows = []
     for p in prompts(pipe, n_prompts, offset=50_000):
-        out = run(pipe.target, None, p, cfg, "autoregressive").tokens
+        out = run(pipe.target, None, p, cfg).tokens
         rows.append((p, out))
     pad = pipe.target.tokenizer.pad_token_id
     for i in itertools.cycle(range(0, n_prompts, batch)):
@@ -62,8 +62,8 @@ def trained_pipeline():
 def assert_lossless(pipe, cases, cfg=CFG):
     taus = []
     for p in cases:
-        ar = run(pipe.target, None, p, cfg, "autoregressive")
-        sd = run(pipe.target, pipe.drafters["fovea"], p, cfg, "fovea")
+        ar = run(pipe.target, None, p, cfg)
+        sd = run(pipe.target, fovea(pipe.drafters["fovea"]), p, cfg)
         assert sd.tokens == ar.tokens, "speculative output differs from autoregressive output"
         taus.append(sd.mean_accept_length)
     return sum(taus) / len(taus)
@@ -98,23 +98,23 @@ def test_eos_and_max_new_tokens_inside_an_accepted_path(trained_pipeline):
     cfg = CFG.replace(decoding=dict(max_new_tokens=40))
     checked_eos = checked_len = 0
     for p in prompts(pipe, 20, offset=300):
-        base = run(pipe.target, pipe.drafters["fovea"], p, cfg, "fovea")
+        base = run(pipe.target, fovea(pipe.drafters["fovea"]), p, cfg)
         inside = mid_path_positions(base)
         if not inside:
             continue
         k = inside[len(inside) // 2]
         # max_new_tokens ends inside the path
         short = cfg.replace(decoding=dict(max_new_tokens=k + 1))
-        sd = run(pipe.target, pipe.drafters["fovea"], p, short, "fovea")
-        assert sd.tokens == run(pipe.target, None, p, short, "autoregressive").tokens == base.tokens[:k + 1]
+        sd = run(pipe.target, fovea(pipe.drafters["fovea"]), p, short)
+        assert sd.tokens == run(pipe.target, None, p, short).tokens == base.tokens[:k + 1]
         checked_len += 1
         # EOS (a token first seen at position k) ends inside the path
         first = [j for j in inside if base.tokens.index(base.tokens[j]) == j]
         if first:
             target = copy.copy(pipe.target)
             target.eos_token_ids = {base.tokens[first[0]]}
-            sd = run(target, pipe.drafters["fovea"], p, cfg, "fovea")
-            ar = run(target, None, p, cfg, "autoregressive")
+            sd = run(target, fovea(pipe.drafters["fovea"]), p, cfg)
+            ar = run(target, None, p, cfg)
             assert sd.tokens == ar.tokens == base.tokens[:first[0] + 1]
             assert sd.finish_reason == "eos"
             checked_eos += 1

@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from fovea.tree import build_tree_buffers
+from fovea.tree import (add_nodes, ancestors_of, build_tree_buffers, depths_of, leaf_paths, new_ancestors, path_to,
+                        prune, renumber)
 from fovea.verify import accept_greedy, accept_sampling, process_logits
 
 T, F = True, False
@@ -90,3 +91,48 @@ def test_speculative_sampling_preserves_target_distribution():
     assert 0.5 * (first / n - p0).abs().sum() < 0.02
     assert 0.5 * (second[1] / second[1].sum() - p1).abs().sum() < 0.03
     assert 0.5 * (second[2] / second[2].sum() - p2).abs().sum() < 0.03
+
+
+# ---- the tensor buffers the draft loop uses (one ancestry implementation) ----------------------
+def test_add_nodes_builds_the_ancestor_matrix_level_by_level():
+    #        0
+    #      1   2          level 1: parents [0, 0]
+    #     3 4   5         level 2: parents [1, 1, 2]
+    anc = new_ancestors(6)
+    add_nodes(anc, 1, torch.tensor([0, 0]))
+    add_nodes(anc, 3, torch.tensor([1, 1, 2]))
+    assert torch.equal(anc, build_tree_buffers([-1, 0, 0, 1, 1, 2]).mask)
+    assert depths_of(anc).tolist() == [0, 1, 1, 2, 2, 2]
+    assert path_to(anc, 4) == [0, 1, 4] and path_to(anc, 0) == [0]
+
+
+def test_ancestors_of_matches_a_hand_matrix_and_leaf_paths():
+    anc = ancestors_of([-1, 0, 1, 0, 2])
+    assert torch.equal(anc, torch.tensor([
+        [T, F, F, F, F],
+        [T, T, F, F, F],
+        [T, T, T, F, F],
+        [T, F, F, T, F],
+        [T, T, T, F, T]]))
+    assert leaf_paths(anc).tolist() == [[0, 3, -1, -1], [0, 1, 2, 4]]
+
+
+def test_prune_keeps_the_best_nodes_closed_under_ancestors_ordered_by_depth_then_score():
+    #        0
+    #      1   2           scores: 1:-1.0  2:-0.2  3:-0.1 (under 1)  4:-3.0 (under 2)
+    #     3     4
+    anc = ancestors_of([-1, 0, 0, 1, 2])
+    scores = torch.tensor([0.0, -1.0, -0.2, -0.1, -3.0])
+    depths = depths_of(anc)
+    # budget 2: the best are 3 and 2; 3 drags in its parent 1 -> {0, 1, 2, 3}; depth 1 ordered 2 then 1
+    order = prune(anc, scores, depths, 2)
+    assert order.tolist() == [0, 2, 1, 3]
+    mask, parents = renumber(anc, torch.tensor([-1, 0, 0, 1, 2]), order)
+    assert parents.tolist() == [-1, 0, 0, 2]             # old node 3 (now 3) hangs under old 1 (now 2)
+    assert torch.equal(mask, torch.tensor([
+        [T, F, F, F],
+        [T, T, F, F],
+        [T, F, T, F],
+        [T, F, T, T]]))
+    assert torch.equal(mask, build_tree_buffers(parents.tolist()).mask)
+    assert prune(anc, scores, depths, 10).tolist() == [0, 2, 1, 3, 4]   # budget above the tree: all kept

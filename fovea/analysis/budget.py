@@ -20,6 +20,7 @@ from tqdm import tqdm
 from fovea.analysis.rounds import analysis_config, by_family, is_early, mean
 from fovea.config import FoveaConfig
 from fovea.data import FAMILIES, Sample
+from fovea.candidates import TreeDrafter
 from fovea.decoding import Session, run, speculative_rounds, start, verify_tree
 from fovea.draft import draft_tree
 from fovea.memory import VisualMemory
@@ -33,12 +34,12 @@ def preferred_budget(accept_lengths: list[int], fractions=FRACTIONS) -> float:
     return next(f for f, a in zip(fractions, accept_lengths) if a == best)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def importance(drafter, session: Session, mode: str) -> torch.Tensor:
     """Root draft state's retrieval probability over memory entries [N] (0 on invalid entries)."""
-    h = session.draft_state.root_h.to(drafter.device)[None]                 # [1, D]
+    h = session.draft.state.root_h.to(drafter.device)[None]                 # [1, D]
     depth = torch.zeros(1, dtype=torch.long, device=drafter.device)
-    scores = drafter.retriever.scores(h, depth, session.memory, mode)      # [1, N], -inf on invalid
+    scores = drafter.retriever.scores(h, depth, session.draft.memory, mode)  # [1, N], -inf on invalid
     return torch.softmax(scores, -1)[0]
 
 
@@ -53,13 +54,13 @@ def restrict(memory: VisualMemory, weight: torch.Tensor, fraction: float) -> Vis
     return dataclasses.replace(memory, valid=memory.valid & keep)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def probe_accept_length(target, drafter, session: Session, memory: VisualMemory | None,
                         cfg: FoveaConfig) -> int:
     """Draft + verify one tree from the session's current state, then drop the tree from the target
     cache (commit keeping none). Neither cache nor the session changes. Bonus token counted."""
     rng = torch.Generator().manual_seed(cfg.decoding.seed)   # never consume the real decode's RNG
-    tree = draft_tree(drafter, session.draft_state, session.root, memory, cfg, trace=False, generator=rng)
+    tree = draft_tree(drafter, session.draft.state, session.root, memory, cfg, trace=False, generator=rng)
     _, accepted, _ = verify_tree(target, session.target_state, tree, cfg, rng)
     target.commit(session.target_state, len(tree.tokens), torch.empty(0, dtype=torch.long))
     return len(accepted) + 1
@@ -73,12 +74,12 @@ def sweep_sample(pipe, sample: Sample, cfg: FoveaConfig, fractions=FRACTIONS,
     probes run on the session exactly as the next real round will find it."""
     cfg = analysis_config(cfg)
     target, drafter = pipe.target, pipe.drafters[drafter_name]
-    session = start(target, drafter, target.prepare(sample.image, sample.question), cfg)
-    rounds = speculative_rounds(target, drafter, session, cfg)
+    session = start(target, TreeDrafter(drafter_name, drafter), target.prepare(sample.image, sample.question), cfg)
+    rounds = speculative_rounds(target, session, cfg)
     states = []
     while not session.done:
         weight = importance(drafter, session, cfg.retrieval.mode)
-        probes = {f: probe_accept_length(target, drafter, session, restrict(session.memory, weight, f), cfg)
+        probes = {f: probe_accept_length(target, drafter, session, restrict(session.draft.memory, weight, f), cfg)
                   for f in fractions if f < 1.0}
         real = next(rounds)                     # the full-memory round, committed as usual
         lengths = [probes.get(f, real.accept_length) for f in fractions]
@@ -112,7 +113,7 @@ def visual_budget_sweep(pipe, samples: list[Sample], cfg: FoveaConfig, fractions
         got, tokens = sweep_sample(pipe, s, cfg, fractions)
         states += got
         # the probes' rollback must leave the real decode exactly autoregressive greedy
-        ar = run(pipe.target, None, pipe.target.prepare(s.image, s.question), ar_cfg, "autoregressive")
+        ar = run(pipe.target, None, pipe.target.prepare(s.image, s.question), ar_cfg)
         lossless &= tokens == ar.tokens
     return {"budgets": [_key(f) for f in fractions], "decode_matches_autoregressive": lossless,
             **summarise_budget(states, fractions),

@@ -13,33 +13,20 @@ from collections import Counter
 from fovea.analysis.rounds import Decoded, by_family, decode_traced, is_early, mean, root_retrieval
 from fovea.config import FoveaConfig
 from fovea.data import FAMILIES
-from fovea.trace import NodeRetrieval
+from fovea.trace import JACCARD_TOP, Accumulator, jaccard_distance, top_set  # noqa: F401 (re-exported)
 
-TOP_N = 16
-
-
-def jaccard_distance(a: set, b: set) -> float:
-    """1 - |a & b| / |a | b|; two empty sets are identical (distance 0)."""
-    union = a | b
-    return 1.0 - len(a & b) / len(union) if union else 0.0
-
-
-def top_set(retrieval: NodeRetrieval, n: int = TOP_N) -> set[int]:
-    """The n highest-weight entries (indices are stored largest weight first); all when K < n."""
-    return set(retrieval.indices[:n])
+TOP_N = JACCARD_TOP
 
 
 def drift_pairs(decoded: list[Decoded], top_n: int = TOP_N) -> list[dict]:
-    """One record per pair of adjacent rounds whose root states both retrieved."""
+    """One record per pair of adjacent rounds whose root states both retrieved (the accumulator's
+    focus drift; pairs never cross samples: drift is within one answer)."""
     pairs = []
     for d in decoded:
-        sets = [root_retrieval(r) for r in d.rounds]
-        n_pairs = len(sets) - 1          # pairs never cross samples: drift is within one answer
-        for i in range(n_pairs):
-            if sets[i] is None or sets[i + 1] is None:
-                continue
-            pairs.append({"family": d.sample.family, "early": is_early(i, n_pairs),
-                          "distance": jaccard_distance(top_set(sets[i], top_n), top_set(sets[i + 1], top_n))})
+        drift = Accumulator().extend(d.rounds).focus_drift(top_n)
+        for i, distance in enumerate(drift):
+            if distance is not None:
+                pairs.append({"family": d.sample.family, "early": is_early(i, len(drift)), "distance": distance})
     return pairs
 
 

@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from fovea.config import FoveaConfig
 from fovea.data import Sample
+from fovea.candidates import TreeDrafter
 from fovea.decoding import run
 from fovea.trace import IterationTrace, NodeRetrieval
 
@@ -41,8 +42,8 @@ def decode_traced(pipe, samples: list[Sample], cfg: FoveaConfig, mode: str | Non
     out = []
     for s in tqdm(samples, desc=f"decode {mode or cfg.retrieval.mode}", dynamic_ncols=True, leave=False):
         prompt = pipe.target.prepare(s.image, s.question)
-        result = run(pipe.target, pipe.drafters[drafter], prompt, cfg, "fovea")
-        out.append(Decoded(s, result.tokens, [r for r in result.iterations if isinstance(r, IterationTrace)]))
+        result = run(pipe.target, TreeDrafter(drafter, pipe.drafters[drafter]), prompt, cfg)
+        out.append(Decoded(s, result.tokens, result.iterations))
     return out
 
 
