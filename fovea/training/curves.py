@@ -1,0 +1,93 @@
+"""`python -m fovea.training.curves RUN_DIR [--out PNG]`: the training curves of a target run as one
+PNG (drawn with Pillow, no plotting dependency): the loss, the held-out teacher-forced mention-token
+accuracy per task family, and the per-patch probe accuracy per label kind, against the step.
+
+Reads RUN_DIR/log.jsonl and RUN_DIR/curves.jsonl (written by `python -m fovea.train target`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from PIL import Image, ImageDraw
+
+COLOURS = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75),
+           (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207), (0, 0, 0))
+W, H, PAD = 420, 260, 44
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def series(run: Path) -> list[tuple[str, dict[str, list[tuple[float, float]]], tuple[float, float] | None]]:
+    """[(panel title, {line name: [(step, value)]}, fixed y range or None)]."""
+    log, curves = read_jsonl(run / "log.jsonl"), read_jsonl(run / "curves.jsonl")
+    every = max(1, len(log) // 300)
+    loss = {"lm (weighted)": [(r["step"], r["lm"]) for r in log[::every]],
+            "aux": [(r["step"], r["aux"]) for r in log[::every]]}
+    family: dict[str, list] = {}
+    probe: dict[str, list] = {}
+    for r in curves:
+        by_family: dict[str, list[float]] = {}
+        for key, value in r.items():
+            if key.startswith("probe/"):
+                probe.setdefault(key[6:], []).append((r["step"], value))
+            elif isinstance(value, dict) and value.get("mention_tok") is not None:
+                by_family.setdefault(key.split("/")[0], []).append(value["mention_tok"])
+        for fam, values in by_family.items():
+            family.setdefault(fam, []).append((r["step"], sum(values) / len(values)))
+    return [("training loss", loss, None), ("held-out mention-token accuracy", family, (0, 1)),
+            ("per-patch probe accuracy (object patches)", probe, (0, 1))]
+
+
+def panel(title: str, lines: dict, yrange) -> Image.Image:
+    img = Image.new("RGB", (W, H), "white")
+    d = ImageDraw.Draw(img)
+    d.text((PAD, 6), title, fill="black")
+    points = [p for pts in lines.values() for p in pts]
+    if not points:
+        d.text((PAD, H // 2), "no data yet", fill="grey")
+        return img
+    x0, x1 = min(p[0] for p in points), max(p[0] for p in points) or 1
+    y0, y1 = yrange or (min(p[1] for p in points), max(p[1] for p in points))
+    y1 = y1 if y1 > y0 else y0 + 1
+    sx = lambda x: PAD + (x - x0) / max(1e-9, x1 - x0) * (W - 2 * PAD)  # noqa: E731
+    sy = lambda y: H - PAD + (y0 - y) / (y1 - y0) * (H - 2 * PAD)  # noqa: E731
+    d.rectangle((PAD, PAD, W - PAD, H - PAD), outline=(180, 180, 180))
+    for frac in (0, 0.5, 1):
+        y = y0 + frac * (y1 - y0)
+        d.text((2, sy(y) - 5), f"{y:.2f}", fill="grey")
+    d.text((PAD, H - PAD + 4), f"step {x0:g}", fill="grey")
+    d.text((W - PAD - 60, H - PAD + 4), f"step {x1:g}", fill="grey")
+    for i, (name, pts) in enumerate(sorted(lines.items())):
+        colour = COLOURS[i % len(COLOURS)]
+        if len(pts) > 1:
+            d.line([(sx(x), sy(y)) for x, y in pts], fill=colour, width=2)
+        d.text((PAD + 4 + (i % 3) * 120, H - PAD + 18 + (i // 3) * 12), f"- {name}", fill=colour)
+    return img
+
+
+def draw(run: Path, out: Path) -> Path:
+    panels = [panel(*s) for s in series(run)]
+    sheet = Image.new("RGB", (W * len(panels), H + 30), "white")
+    for i, p in enumerate(panels):
+        sheet.paste(p, (i * W, 0))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    sheet.save(out)
+    return out
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m fovea.training.curves", description=__doc__)
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--out", type=Path, help="PNG path (default RUN_DIR/curves.png)")
+    args = p.parse_args(argv)
+    if not (args.run_dir / "log.jsonl").exists():
+        p.error(f"{args.run_dir} has no log.jsonl; pass the --run-dir of `python -m fovea.train target`")
+    print(draw(args.run_dir, args.out or args.run_dir / "curves.png"))
+
+
+if __name__ == "__main__":
+    main()
