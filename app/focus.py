@@ -10,8 +10,12 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from fovea.trace import (JACCARD_TOP, FocusStep, IterationTrace, NodeRetrieval, focus_shifts,  # noqa: F401
-                         focus_trajectory, jaccard_distance, top_set)
+from fovea.trace import (JACCARD_TOP, FocusStep, IterationTrace, NodeRetrieval, focus_shifts, focus_trajectory,
+                         jaccard_distance, top_set)
+
+# the trajectory and its Jaccard statistics live in fovea.trace; the app's renderers import them here
+__all__ = ["JACCARD_TOP", "FocusStep", "colormap", "focus_shifts", "focus_trajectory", "heatmap_overlay",
+           "jaccard_distance", "step_caption", "step_for_token", "top_set", "weight_grid"]
 
 HEATMAP_SIDE = 384    # display side of the overlay (the model sees a square resize of the image)
 # "inferno"-like anchors, dark -> bright; interpolated linearly (no matplotlib dependency)

@@ -13,9 +13,11 @@ from collections import Counter
 from fovea.analysis.rounds import Decoded, by_family, decode_traced, is_early, mean, root_retrieval
 from fovea.config import FoveaConfig
 from fovea.data import FAMILIES
-from fovea.trace import JACCARD_TOP, Accumulator, jaccard_distance, top_set  # noqa: F401 (re-exported)
+from fovea.trace import JACCARD_TOP, Accumulator, jaccard_distance, top_set
 
 TOP_N = JACCARD_TOP
+__all__ = ["TOP_N", "drift_pairs", "focus_drift", "jaccard_distance", "k_distribution", "summarise_drift",
+           "summarise_k", "top_set"]
 
 
 def drift_pairs(decoded: list[Decoded], top_n: int = TOP_N) -> list[dict]:

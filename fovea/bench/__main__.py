@@ -1,0 +1,4 @@
+"""`python -m fovea.bench`: the benchmark's entry point (see `fovea.bench.cli`)."""
+from fovea.bench.cli import main
+
+main()

@@ -1,0 +1,135 @@
+"""The benchmark's methods: a name, how its drafts are made (a drafting strategy of
+`fovea.candidates`, autoregressive decoding, or transformers' own `generate()` for reference) and
+its config overrides; `run_method` decodes one question with one of them.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from fovea.candidates import AssistantLM, PromptLookup, TreeDrafter
+from fovea.config import FoveaConfig
+from fovea.decoding import run
+from fovea.trace import GenerationResult
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    # "fovea" (a TreeDrafter) | "autoregressive" | "prompt_lookup" | "assisted" (strategies of our decode
+    # loop) | "hf_prompt_lookup" | "hf_assisted" (transformers' own generate(), for reference)
+    kind: str = "fovea"
+    drafter: str = "fovea"
+    overrides: dict = field(default_factory=dict)
+
+
+METHODS = {m.name: m for m in [
+    Method("autoregressive", kind="autoregressive"),
+    Method("fovea"),
+    Method("no_correction", drafter="no_correction", overrides={"correction": {"enabled": False}}),
+    # the cache-friendly pair: the drafter's cache skips the image; FOVEA and its "- correction" ablation
+    Method("fovea_text", drafter="fovea_text"),
+    Method("no_correction_text", drafter="no_correction_text", overrides={"correction": {"enabled": False}}),
+    Method("chain", overrides={"tree": {"chain": True}}),
+    Method("no_depth_embedding", overrides={"retrieval": {"mode": "state_only"}}),
+    Method("no_gate", overrides={"correction": {"use_gate": False}}),
+    Method("correction_depth0", overrides={"correction": {"max_depth": 0}}),
+    Method("correction_depth3", overrides={"correction": {"max_depth": 3}}),
+    Method("random", overrides={"retrieval": {"mode": "random"}}),
+    Method("static", overrides={"retrieval": {"mode": "static"}}),
+    Method("query_agnostic", overrides={"retrieval": {"mode": "query_agnostic"}}),
+    Method("dense", overrides={"retrieval": {"mode": "dense"}}),
+    *[Method(f"fixed_k{k}", overrides={"retrieval": {"mode": "fixed", "fixed_k": k}}) for k in (8, 16, 32, 64)],
+    Method("prompt_lookup", kind="prompt_lookup"),
+    Method("assisted", kind="assisted"),
+    Method("hf_prompt_lookup", kind="hf_prompt_lookup"),
+    Method("hf_assisted", kind="hf_assisted"),
+]}
+# the methods whose drafts come from a trained model (the ranking the README reports)
+TRAINED_DRAFTERS = [m.name for m in METHODS.values() if m.kind in ("fovea", "assisted", "hf_assisted")]
+# analyses: run the diagnostics of fovea.analysis by default; analysis_n / analysis_tokens size them
+# --tree-sweep: (depth, top_k, total_tokens) shapes compared for FOVEA and its ablation, on tuning
+# questions disjoint from the benchmark's (fovea.data.tuning_seeds); the TreeConfig default comes from it
+TREE_SHAPES = ((5, 4, 16), (5, 8, 32), (7, 2, 12), (7, 2, 16), (8, 2, 16), (9, 2, 16), (9, 3, 20), (11, 2, 16))
+SWEEP_DRAFTERS = ("fovea", "no_correction")
+
+
+def shape_name(method: str, shape: tuple[int, int, int]) -> str:
+    return f"{method}@d{shape[0]}k{shape[1]}n{shape[2]}"
+
+
+def tree_sweep_methods(shapes=TREE_SHAPES, drafters=SWEEP_DRAFTERS) -> dict[str, Method]:
+    """autoregressive plus every (drafter method, tree shape) as its own Method."""
+    out = {"autoregressive": METHODS["autoregressive"]}
+    for depth, top_k, total in shapes:
+        for name in drafters:
+            m = METHODS[name]
+            tree = {"depth": depth, "top_k": top_k, "total_tokens": total}
+            key = shape_name(name, (depth, top_k, total))
+            out[key] = Method(key, drafter=m.drafter, overrides={**m.overrides, "tree": tree})
+    return out
+
+
+def strategy_for(pipe, method: Method, assistant=None):
+    """The drafting strategy of a method (None for autoregressive decoding): FOVEA, its ablations
+    and the chain are TreeDrafters over a loaded drafter with config overrides; prompt lookup and
+    the assistant LM are their own strategies in the same decode loop."""
+    if method.kind == "autoregressive":
+        return None
+    if method.kind == "prompt_lookup":
+        return PromptLookup(method.name)
+    if method.kind == "assisted":
+        if assistant is None:
+            raise SystemExit(f"method {method.name} needs an assistant LM (see --assistant)")
+        return AssistantLM(assistant, method.name)
+    if method.drafter not in pipe.drafters:
+        raise SystemExit(f"method {method.name} needs the drafter {method.drafter!r}, which is not loaded")
+    return TreeDrafter(method.name, pipe.drafters[method.drafter], method.overrides)
+
+
+def run_method(pipe, method: Method, image, question, base: FoveaConfig, assistant=None) -> GenerationResult:
+    prompt = pipe.target.prepare(image, question)
+    if method.kind == "hf_prompt_lookup":
+        return hf_generate(pipe.target, prompt, base, method.name, prompt_lookup_num_tokens=5)
+    if method.kind == "hf_assisted":
+        if assistant is None:
+            raise SystemExit("method hf_assisted needs an assistant LM (see --assistant)")
+        return hf_generate(pipe.target, prompt, base, method.name, assistant_model=assistant)
+    return run(pipe.target, strategy_for(pipe, method, assistant), prompt, base)
+
+
+def load_assistant(folder: Path | None, pipe, tiny_random: bool):
+    """The small LM for `generate(assistant_model=...)`: the committed one, or (tiny-random smoke
+    runs) an untrained one of the right shape."""
+    from transformers import LlamaForCausalLM
+
+    from fovea.models.bundled import DEFAULT_ASSISTANT_DIR
+    from fovea.training.assistant import build_assistant
+
+    if tiny_random:
+        return build_assistant(pipe.target.model.config, pipe.target.tokenizer).eval()
+    folder = Path(folder or DEFAULT_ASSISTANT_DIR)
+    if not (folder / "config.json").exists():
+        raise SystemExit(f"method hf_assisted needs the assistant LM at {folder}, which is missing; "
+                         "build it with `python -m fovea.train assistant` or drop the method")
+    model = LlamaForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    if model.config.vocab_size != pipe.target.vocab_size:
+        raise SystemExit(f"assistant at {folder} has vocabulary {model.config.vocab_size}, the target "
+                         f"{pipe.target.vocab_size}: they must share the tokenizer")
+    return model
+
+
+@torch.no_grad()
+def hf_generate(target, prompt, cfg: FoveaConfig, name: str, **assist) -> GenerationResult:
+    """transformers' own `generate()` on the same model with one of its assisted-decoding options
+    (prompt lookup, or a small assistant LM): what a transformers user would pick instead."""
+    t0 = time.perf_counter()
+    out = target.model.generate(input_ids=prompt.input_ids, **prompt.model_inputs, do_sample=False,
+                                max_new_tokens=cfg.decoding.max_new_tokens,
+                                pad_token_id=target.tokenizer.pad_token_id, **assist)
+    tokens = out[0, prompt.input_ids.shape[1]:].tolist()
+    return GenerationResult(method=name, tokens=tokens, text=target.tokenizer.decode(tokens),
+                            wall_s=time.perf_counter() - t0, prefill_ms=0.0, target_forwards=0)

@@ -1,0 +1,91 @@
+"""Running the benchmark: held-out questions, every method on every question interleaved with the
+order rotated (machine drift cancels), the cold-start subprocess, the tree-shape sweep.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from fovea.bench.methods import METHODS, SWEEP_DRAFTERS, TREE_SHAPES, Method, run_method, tree_sweep_methods
+from fovea.bench.report import tree_sweep_markdown
+from fovea.bench.stats import summarise
+from fovea.config import FoveaConfig
+from fovea.data import FAMILIES, eval_seeds, make_sample, tuning_seeds
+
+
+def held_out(n: int, seeds=eval_seeds) -> list:
+    """The first n held-out samples, families round-robin (the same questions for every method);
+    seeds=tuning_seeds gives the tuning questions of --tree-sweep, never benchmarked."""
+    return [make_sample(s, family=FAMILIES[i % len(FAMILIES)]) for i, s in enumerate(seeds(n))]
+
+
+def run_speed(pipe, samples: list, methods: list[str], base: FoveaConfig, assistant=None,
+              table: dict[str, Method] = METHODS) -> list[dict]:
+    """Every method on every sample, interleaved with the method order rotated per question."""
+    rows = []
+    warm = samples[0]
+    for m in methods:                                      # warm-up: first-call allocations
+        run_method(pipe, table[m], warm.image, warm.question, base, assistant)
+    for qi, s in enumerate(tqdm(samples, desc="bench", dynamic_ncols=True)):
+        order = methods[qi % len(methods):] + methods[: qi % len(methods)]
+        results = {m: run_method(pipe, table[m], s.image, s.question, base, assistant) for m in order}
+        for m, r in results.items():
+            rows.append({"q": qi, "family": s.family, "task": s.task, "method": m, "wall_s": r.wall_s,
+                         "n_tokens": len(r.tokens), "accept_lengths": r.accept_lengths,
+                         "iter_ms": [(it.draft_ms, it.verify_ms, it.commit_ms) for it in r.iterations
+                                     if r.method != "autoregressive"],
+                         "identical_to_ar": r.tokens == results["autoregressive"].tokens})
+    return rows
+
+
+COLD_START_SNIPPET = """
+import time; t0 = time.perf_counter()
+from fovea.config import FoveaConfig
+from fovea.data import make_sample, EVAL_SEED_START
+from fovea.pipeline import FoveaPipeline
+pipe = FoveaPipeline.from_pretrained()
+s = make_sample(EVAL_SEED_START, family="scene")
+r = pipe.generate(s.image, s.question, FoveaConfig())
+print(time.perf_counter() - t0, len(r.tokens))
+"""
+
+
+def cold_start_seconds() -> dict:
+    """A fresh Python process: import, load the bundled default, answer one question (64 tokens max)."""
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", COLD_START_SNIPPET], capture_output=True, text=True, check=True)
+    inner, tokens = done.stdout.split()[-2:]
+    return {"process_wall_s": round(time.perf_counter() - t0, 2), "in_process_s": round(float(inner), 2),
+            "tokens": int(tokens)}
+
+
+def run_meta(argv: list[str], n: int, base: FoveaConfig) -> dict:
+    """What every results file records about its run."""
+    return {"date": time.strftime("%Y-%m-%d"),
+            "machine": f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}",
+            "command": " ".join(["python -m fovea.bench", *argv]), "n_questions": n,
+            "max_new_tokens": base.decoding.max_new_tokens}
+
+
+def tree_sweep(args, pipe, base: FoveaConfig) -> str:
+    table = tree_sweep_methods()
+    methods = list(table)
+    n = args.n or 30
+    t_start = time.perf_counter()
+    rows = run_speed(pipe, held_out(n, tuning_seeds), methods, base, table=table)
+    summary = summarise(rows, methods)
+    meta = {**run_meta(args.argv, n, base), "run_minutes": round((time.perf_counter() - t_start) / 60, 1),
+            "shapes": [list(s) for s in TREE_SHAPES], "drafters": list(SWEEP_DRAFTERS)}
+    md, best = tree_sweep_markdown(summary, meta)
+    out = args.out or Path("assets/results/tree_sweep")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({"meta": meta, "best": best, "summary": summary, "rows": rows}, indent=1))
+    (out / "results.md").write_text(md)
+    return md
