@@ -42,8 +42,8 @@ import torch
 
 from fovea.config import LocalityConfig
 
-# drop() keeps a row only if it kept at least this fraction of its mass; below it, the
-# subtraction has lost more than ~20 bits and the row is recomputed over the true set
+# repair() trusts the subtraction only where a row kept at least this fraction of its mass; below it,
+# the subtraction may have lost ~20 bits or more, and the row is recomputed over the true set
 CANCEL_TOL = 1e-6
 
 
@@ -140,8 +140,9 @@ def focus_locality(steps: Sequence, parents: Sequence[int] | None = None, n_entr
     return out
 
 
-def summarize_locality(steps: Sequence[LocalityStep]) -> dict:
-    """Means over the steps that had a prediction (JSON-ready)."""
+def summarize_locality(steps: Sequence[LocalityStep], n_entries: int | None = None) -> dict:
+    """Means over the steps that had a prediction (JSON-ready). With the memory size, also the
+    overlap a random guess of the same size would get on average (|P| / N)."""
     done = [s for s in steps if s.overlap is not None]
 
     def avg(values):
@@ -151,7 +152,38 @@ def summarize_locality(steps: Sequence[LocalityStep]) -> dict:
     return {"n_steps": len(steps), "n_predicted": len(done),
             "overlap": avg(s.overlap for s in done), "hit_rate": avg(s.hit_rate for s in done),
             "selected": avg(len(s.selected) for s in done), "predicted": avg(len(s.predicted) for s in done),
-            "missed": avg(s.missed for s in done), "wrong": avg(s.wrong for s in done)}
+            "missed": avg(s.missed for s in done), "wrong": avg(s.wrong for s in done),
+            "chance_overlap": avg(len(s.predicted) / n_entries for s in done) if n_entries else None}
+
+
+def trace_links(rounds: Sequence, tree: bool = False) -> tuple[list, list[int]]:
+    """(retrieval records, parent step of each) from a run's draft-verify rounds, for `focus_locality`.
+
+    tree=False: the committed-path focus trajectory (each round's root, then its accepted nodes
+    that read the memory), a chain. tree=True: every draft state that read the memory, linked to
+    its nearest ancestor that did; a round's root links to the previous round's last committed
+    step. Reads `.retrieval` (node -> record), `.accepted` and `.parents` of each round record.
+    """
+    steps, parents, last = [], [], -1          # last: the newest committed-path step
+    for rec in rounds:
+        retrieval = getattr(rec, "retrieval", None) or {}
+        path = [0, *rec.accepted]
+        nodes = sorted(retrieval) if tree else [n for n in path if n in retrieval]
+        step_of: dict[int, int] = {}
+        for node in nodes:                     # nodes are numbered parents first
+            if tree:
+                up = rec.parents[node] if node > 0 else -1
+                while up > 0 and up not in step_of:
+                    up = rec.parents[up]
+                parent = step_of.get(up, last)
+            else:
+                parent = len(steps) - 1        # -1 for the first step
+            step_of[node] = len(steps)
+            steps.append(retrieval[node])
+            parents.append(parent)
+        on_path = [step_of[n] for n in path if n in step_of]
+        last = on_path[-1] if on_path else last
+    return steps, parents
 
 
 def _as_pair(step) -> tuple[list[int], list[float]]:
@@ -172,18 +204,28 @@ class Partial:
 
 def _ref(m: torch.Tensor) -> torch.Tensor:
     """m with -inf (empty parts) replaced by 0, so exp(-inf - ref) = 0 and never NaN."""
-    return torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    return torch.nan_to_num(m, neginf=0.0)
 
 
 def partial_readout(logits: torch.Tensor, idx: torch.Tensor, values: torch.Tensor) -> Partial:
-    """logits [S, N], idx [S, k] (-1 pads; k may be 0), values [N, D] -> the partial over idx."""
-    pad = idx < 0
+    """logits [S, N], idx [S, k] (-1 pads; k may be 0), values [N, D] -> the partial over idx.
+    Touches only the k listed rows of values: the work is proportional to the part's size."""
+    s_rows, k = idx.shape
     safe = idx.clamp_min(0)
-    s = logits.gather(1, safe).masked_fill(pad, float("-inf"))               # [S, k]
-    m = s.amax(-1) if s.shape[1] else s.new_full(s.shape[:1], float("-inf"))  # [S]
+    s = logits.gather(1, safe).masked_fill(idx < 0, float("-inf"))           # [S, k]
+    m = s.amax(-1) if k else s.new_full((s_rows,), float("-inf"))           # [S]
     e = torch.exp(s - _ref(m)[:, None])                                       # [S, k], 0 on pads
-    acc = torch.bmm(e[:, None, :], values[safe]).squeeze(1)                   # [S, 1, k] @ [S, k, D]
-    return Partial(m=m, l=e.sum(-1), acc=acc)
+    rows = values.index_select(0, safe.reshape(-1)).view(s_rows, k, values.shape[1])   # [S, k, D]
+    return Partial(m=m, l=e.sum(-1), acc=torch.bmm(e[:, None, :], rows).squeeze(1))
+
+
+def masked_partial(logits: torch.Tensor, mask: torch.Tensor, values: torch.Tensor) -> Partial:
+    """The partial over the entries where mask [S, N] is True, as one [S, N] @ [N, D] product:
+    fewer, larger ops than gathering, which is what small memories on a CPU want."""
+    s = logits.masked_fill(~mask, float("-inf"))                              # [S, N]
+    m = s.amax(-1)
+    e = torch.exp(s - _ref(m)[:, None])                                       # [S, N], 0 off the mask
+    return Partial(m=m, l=e.sum(-1), acc=e @ values)
 
 
 def merge(a: Partial, b: Partial) -> Partial:
@@ -217,8 +259,8 @@ def repair(speculative: Partial, logits: torch.Tensor, values: torch.Tensor, pre
     predicted set [S, p] (both -1 padded): merge in T \\ P, then drop P \\ T."""
     n = logits.shape[1]
     in_p, in_t = membership(predicted, n), membership(selected, n)            # [S, N] bool
-    fixed = merge(speculative, partial_readout(logits, mask_to_indices(in_t & ~in_p), values))
-    out = drop(fixed, partial_readout(logits, mask_to_indices(in_p & ~in_t), values))
+    fixed = merge(speculative, masked_partial(logits, in_t & ~in_p, values))
+    out = drop(fixed, masked_partial(logits, in_p & ~in_t, values))
     lost = out.l < CANCEL_TOL * fixed.l        # kept mass too small for the subtraction to be trusted
     if bool(lost.any()):
         redo = partial_readout(logits[lost], selected[lost], values)
@@ -228,15 +270,6 @@ def repair(speculative: Partial, logits: torch.Tensor, values: torch.Tensor, pre
 
 def membership(idx: torch.Tensor, n: int) -> torch.Tensor:
     """idx [S, k] (-1 pads) -> [S, n] bool, True on the listed entries."""
-    slots = torch.where(idx >= 0, idx, torch.full_like(idx, n))               # pads -> spare column n
+    slots = torch.where(idx >= 0, idx, n)                                     # pads -> spare column n
     mask = torch.zeros(idx.shape[0], n + 1, dtype=torch.bool, device=idx.device)
     return mask.scatter_(1, slots, True)[:, :n]
-
-
-def mask_to_indices(mask: torch.Tensor) -> torch.Tensor:
-    """[S, N] bool -> [S, max row count] entry indices in ascending order, -1 padded."""
-    count = mask.sum(-1)                                                      # [S]
-    width = int(count.max()) if mask.numel() else 0
-    order = torch.argsort(mask.to(torch.int8), dim=-1, descending=True, stable=True)[:, :width]
-    keep = torch.arange(width, device=mask.device)[None, :] < count[:, None]
-    return order.masked_fill(~keep, -1)

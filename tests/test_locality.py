@@ -7,7 +7,8 @@ import torch
 
 from fovea.config import LocalityConfig, RetrievalConfig
 from fovea.locality import (Partial, direct_readout, drop, finish, focus_locality, holt_update, merge,
-                            overlap_and_hit_rate, partial_readout, predict_selection, repair, summarize_locality)
+                            overlap_and_hit_rate, partial_readout, predict_selection, repair, summarize_locality,
+                            trace_links)
 from fovea.memory import VisualMemory
 from fovea.retrieval import Retriever
 from fovea.trace import NodeRetrieval
@@ -158,7 +159,8 @@ def test_predictor_mixes_the_parent_selection_and_the_forecast():
     assert predict_selection(mass, state, 2, LocalityConfig(gamma=0.0)).tolist() == [3, 2]
     assert predict_selection(mass, state, 2, LocalityConfig(gamma=0.5)).tolist() == [2, 1]   # z = 0, .3, .35, .25, .1
     assert predict_selection(mass, state, 2, LocalityConfig(gamma=0.5, budget=2.0)).tolist() == [2, 1, 3, 4]
-    assert predict_selection(mass, state, 2, LocalityConfig(gamma=1.0, budget=3.0)).tolist() == [1, 2]  # no evidence: not predicted
+    # entries with no evidence (z = 0) are never predicted, whatever the budget
+    assert predict_selection(mass, state, 2, LocalityConfig(gamma=1.0, budget=3.0)).tolist() == [1, 2]
 
 
 def test_focus_locality_per_step_on_a_hand_made_chain_and_tree():
@@ -189,3 +191,36 @@ def test_partial_is_float64_clean_for_large_logits():
     got = direct_readout(logits, padded(rows), values)
     assert torch.isfinite(got).all() and torch.allclose(got, reference(logits, values, rows), **TOL)
     assert isinstance(partial_readout(logits, padded(rows), values), Partial)
+
+
+def test_trace_links_builds_the_committed_chain_and_the_tree_links_of_rounds():
+    from types import SimpleNamespace
+
+    def retrieved(nodes):           # node -> a one-entry record reading entry `node`
+        return {n: NodeRetrieval([n], [1.0], k=1, gate=1.0) for n in nodes}
+
+    rounds = [SimpleNamespace(parents=[-1, 0, 0, 1], accepted=[1, 3], retrieval=retrieved([0, 1, 2])),
+              SimpleNamespace(parents=[-1, 0, 1], accepted=[1], retrieval=retrieved([0, 1])),
+              SimpleNamespace(parents=[-1, 0], accepted=[], retrieval={})]       # e.g. correction off
+    steps, parents = trace_links(rounds)
+    assert parents == [-1, 0, 1, 2] and [s.indices for s in steps] == [[0], [1], [0], [1]]
+    steps, parents = trace_links(rounds, tree=True)
+    assert parents == [-1, 0, 0, 1, 3] and len(steps) == 5
+    assert len(focus_locality(steps, parents)) == 5
+
+
+def test_locality_measurement_runs_small_and_its_repair_is_exact():
+    from types import SimpleNamespace
+
+    from fovea.analysis.locality import readout_timing, render_markdown, trace_locality
+
+    row = readout_timing(32, hidden=8, key_dim=8, steps=6, repeats=2)
+    assert set(row["us"]) == {"select", "dense", "direct", "predict", "speculate", "repair"}
+    assert row["max_abs_diff_repair_vs_dense"] < 1e-5 and row["locality"]["n_predicted"] == 5
+    rounds = [SimpleNamespace(parents=[-1, 0], accepted=[1],
+                              retrieval={0: NodeRetrieval([0, 1], [0.5, 0.5], 2, 1.0),
+                                         1: NodeRetrieval([1, 2], [0.5, 0.5], 2, 1.0)})]
+    traces = trace_locality([SimpleNamespace(rounds=rounds)], LocalityConfig(gamma=1.0))
+    assert traces["path"]["overlap"] == 0.5 and traces["tree"]["n_predicted"] == 1
+    meta = dict(machine="cpu", torch="x", threads=1, hidden=8, key_dim=8, repeats=2, steps=6, corr=0.9, scale=2.0)
+    assert "| 32 |" in render_markdown({"meta": meta, "timing": [row]})
