@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from fovea.trace import Accumulator, GenerationResult, IterationTrace
+from fovea.tree import children_of
 
 # accepted draft tokens: darker = shallower in the draft tree; index 0 is depth 1
 DEPTH_COLOURS = ["#0f766e", "#0d9488", "#2dd4bf", "#99f6e4", "#ccfbf1"]
@@ -90,17 +91,12 @@ def tree_html(it: IterationTrace, strings: list[str], bonus_string: str, selecte
     `strings[i]` is the display text of it.tokens[i]. The accepted path is highlighted, rejected
     nodes are struck through, nodes whose draft state read the memory carry a K badge, and the
     bonus token hangs under the last accepted node. `selected` outlines one node."""
-    children: dict[int, list[int]] = {}
-    for node, parent in enumerate(it.parents):
-        if parent >= 0:
-            children.setdefault(parent, []).append(node)
-    for kids in children.values():
-        kids.sort(key=lambda c: -it.scores[c])
+    children = [sorted(kids, key=lambda c: -it.scores[c]) for kids in children_of(it.parents)]
     last = it.accepted[-1] if it.accepted else 0
     accepted = set(it.accepted)
 
     def node_html(node: int) -> str:
-        kids = "".join(node_html(c) for c in children.get(node, []))
+        kids = "".join(node_html(c) for c in children[node])
         if node == last:
             kids += (f'<li><span class="fv-node fv-bonus" style="background:{BONUS_COLOUR};color:#422006" '
                      f'title="the target\'s own token after the accepted path">{token_text(bonus_string)}'

@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from fovea.layers import concat_cached
+
 
 class GatedCorrection(nn.Module):
     def __init__(self, hidden_size: int, width: int = 512):
@@ -35,11 +37,6 @@ class GatedCorrection(nn.Module):
         return h + g.unsqueeze(-1) * c, g
 
     def _fused_first_layer(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """[f0; g0] weights and biases, rebuilt whenever a parameter changed (version counters)."""
-        params = (self.f[0].weight, self.f[0].bias, self.g[0].weight, self.g[0].bias)
-        key = tuple((p.data_ptr(), p._version, p.device) for p in params)
-        if getattr(self, "_fused_key", None) != key:
-            self._fused = (torch.cat([self.f[0].weight, self.g[0].weight]).detach(),
-                           torch.cat([self.f[0].bias, self.g[0].bias]).detach())
-            self._fused_key = key
-        return self._fused
+        """[f0; g0] weights and biases (cached until a parameter changes)."""
+        return (concat_cached(self, "w", self.f[0].weight, self.g[0].weight),
+                concat_cached(self, "b", self.f[0].bias, self.g[0].bias))

@@ -67,6 +67,18 @@ def rotary_table(max_positions: int, inv: torch.Tensor) -> torch.Tensor:
     return torch.stack([cos[0, 0], sin[0, 0]])
 
 
+def concat_cached(owner: nn.Module, name: str, *params: torch.Tensor) -> torch.Tensor:
+    """torch.cat(params) along dim 0, detached, cached on `owner` and rebuilt whenever a parameter
+    changed (data pointer, version counter or device): fused inference weights (one matmul where
+    training has two) that never go stale after an optimiser step or a `.to()`."""
+    key = tuple((p.data_ptr(), p._version, p.device) for p in params)
+    cached = owner.__dict__.get("_concat_" + name)
+    if cached is None or cached[0] != key:
+        cached = (key, torch.cat([p.detach() for p in params]))
+        owner.__dict__["_concat_" + name] = cached
+    return cached[1]
+
+
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
@@ -94,11 +106,7 @@ class DecoderBlock(nn.Module):
         buffer whose slots 0..at-1 are the past (written in place, S = at). Returns
         (y [B, T, D], (k_new, v_new))."""
         b, t, _ = x.shape
-        h = self.in_norm(x)
-        q = self.q(h).view(b, t, self.heads, self.head_dim).transpose(1, 2)
-        k, v = self.kv(h).view(b, t, 2, self.kv_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        cos, sin = rope
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        q, k, v = self._qkv(self.in_norm(x), rope)
         if buffer is not None:
             k_all, v_all = buffer.write(at, k, v)
         else:
@@ -108,3 +116,17 @@ class DecoderBlock(nn.Module):
         x = x + self.o(attn.transpose(1, 2).reshape(b, t, -1))
         gate, up = self.gate_up(self.post_norm(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(gate) * up), (k, v)
+
+    def _qkv(self, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]):
+        """h [B, T, D] -> rotated q [B, H, T, Dh], rotated k and v [B, H_kv, T, Dh]. At inference q and
+        kv are one matmul (fused weights) and q, k rotate together: fewer ops per draft level."""
+        b, t, _ = h.shape
+        if torch.is_grad_enabled():
+            qkv = torch.cat([self.q(h), self.kv(h)], -1)
+        else:
+            qkv = F.linear(h, concat_cached(self, "qkv", self.q.weight, self.kv.weight))
+        qkv = qkv.view(b, t, self.heads + 2 * self.kv_heads, self.head_dim)   # heads: [q | k | v]
+        n_rot = self.heads + self.kv_heads
+        cos, sin = (c.transpose(1, 2) for c in rope)                          # [B, T, 1, Dh]
+        qk = apply_rotary(qkv[:, :, :n_rot], cos, sin).transpose(1, 2)        # [B, H + H_kv, T, Dh]
+        return qk[:, :self.heads], qk[:, self.heads:], qkv[:, :, n_rot:].transpose(1, 2)

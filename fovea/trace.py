@@ -196,19 +196,8 @@ class StepTrace:
         acc._count(1, self.forward_ms, self.finish)
 
 
-@dataclass
-class GenerationResult:
-    """A finished run, as the accumulator sums it up (`Accumulator.result`)."""
-    method: str                       # "fovea", "autoregressive", ...
-    tokens: list[int]                 # generated token ids (EOS included if produced)
-    text: str
-    wall_s: float                     # prefill + decode wall time
-    prefill_ms: float
-    target_forwards: int              # target forwards, the prefill counted as one
-    iterations: list = field(default_factory=list)   # IterationTrace (FOVEA) or StepTrace (autoregressive) records
-    accept_lengths: list[int] = field(default_factory=list)  # per round, bonus counted (1 per AR step)
-    memory_grid: tuple[int, int] | None = None       # (rows, cols) of the visual memory, for heatmaps
-    finish_reason: str = "length"     # "eos" or "length"
+class _Figures:
+    """Throughput figures of a run from its tokens, wall_s, accept_lengths and target_forwards."""
 
     @property
     def tokens_per_s(self) -> float:
@@ -225,7 +214,23 @@ class GenerationResult:
         return len(self.tokens) / max(1, self.target_forwards)
 
 
-class Accumulator:
+@dataclass
+class GenerationResult(_Figures):
+    """A finished run, as the accumulator sums it up (`Accumulator.result`)."""
+    method: str                       # "fovea", "autoregressive", ...
+    tokens: list[int]                 # generated token ids (EOS included if produced)
+    text: str
+    wall_s: float                     # prefill + decode wall time
+    prefill_ms: float
+    target_forwards: int              # target forwards, the prefill counted as one
+    iterations: list = field(default_factory=list)   # IterationTrace (FOVEA) or StepTrace (autoregressive) records
+    accept_lengths: list[int] = field(default_factory=list)  # per round, bonus counted (1 per AR step)
+    memory_grid: tuple[int, int] | None = None       # (rows, cols) of the visual memory, for heatmaps
+    finish_reason: str = "length"     # "eos" or "length"
+
+
+
+class Accumulator(_Figures):
     """Folds records into a run's figures, live (while streaming) or at the end."""
 
     def __init__(self, method: str = "fovea", memory_grid: tuple[int, int] | None = None):
@@ -260,14 +265,6 @@ class Accumulator:
     @property
     def wall_s(self) -> float:
         return self.ms / 1e3
-
-    @property
-    def tokens_per_s(self) -> float:
-        return len(self.tokens) / self.wall_s if self.wall_s > 0 else 0.0
-
-    @property
-    def mean_accept_length(self) -> float:
-        return sum(self.accept_lengths) / len(self.accept_lengths) if self.accept_lengths else 1.0
 
     def focus_trajectory(self) -> list["FocusStep"]:
         return focus_trajectory(self.rounds)
