@@ -223,7 +223,8 @@ def main(argv=None) -> None:
     # bf16 autocast only where the hardware has it: on AVX2-only CPUs it runs ~24x slower (NOTES)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     timer, bar = Timer(), tqdm(initial=step, total=cfg.total_steps, desc="target", dynamic_ncols=True)
-    while step < cfg.total_steps and timer.minutes() < args.minutes:
+    stop = stop_on_sigterm()
+    while step < cfg.total_steps and timer.minutes() < args.minutes and not stop:
         batch = to_device(training_batch(step, cfg, tokenizer, model, focus, args.focus_share), device)
         for g in opt.param_groups:
             g["lr"] = lr_wsd(step, cfg)
@@ -249,6 +250,16 @@ def main(argv=None) -> None:
             tqdm.write(f"step {step}: {acc}")
     ckpt.save(step, {"model": model, "aux": aux, "opt": opt})
     export(model.cpu().float(), tokenizer, args.out, cfg, step, aux.cpu().float(), run)
+
+
+def stop_on_sigterm() -> list:
+    """A list that becomes non-empty on SIGTERM, so `kill` ends the loop after the current step and
+    the final checkpoint and export are still written."""
+    import signal
+
+    flag: list = []
+    signal.signal(signal.SIGTERM, lambda *_: flag.append(True))
+    return flag
 
 
 def to_device(batch: dict, device: torch.device) -> dict:
