@@ -157,7 +157,7 @@ class Drafter(nn.Module):
                 clock.lap("draft/retrieval", level)
                 pre, gate = self.corrector(h, got.readout, correction.use_gate)
                 clock.lap("draft/correction", level)
-            logits = self.norm(pre) @ self.lm_head_weight.T
+            logits = self.logits(pre)
             clock.lap("draft/head", level)
             return logits, got, gate
         depth = depth.to(self.device)
@@ -171,7 +171,12 @@ class Drafter(nn.Module):
             corrected, gate = self.corrector(h[sel], got.readout, correction.use_gate)
             pre = h.clone()
             pre[sel] = corrected
-        return self.norm(pre) @ self.lm_head_weight.T, got, gate
+        return self.logits(pre), got, gate
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """h [S, D] -> LM-head logits [S, V] with no correction (RMSNorm + the target's head); the
+        trace also reads it on corrected states, to show what the correction changed."""
+        return self.norm(h) @ self.lm_head_weight.T
 
 
 def drafter_config_for(target, num_layers: int = 1, context: str = "full") -> DrafterConfig:

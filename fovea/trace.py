@@ -28,15 +28,27 @@ import torch
 from fovea.tree import ancestors_of, path_to
 
 JACCARD_TOP = 16      # the paper's focus-shift statistic compares Top-16 sets
+TOP_TOKENS = 5        # draft tokens kept per corrected state, before and after the correction
+
+TopTokens = list[tuple[int, float]]   # (token id, draft probability), most likely first
 
 
 @dataclass
 class NodeRetrieval:
-    """What the draft state of one node read from the visual memory."""
+    """What the draft state of one node read from the visual memory, and what it changed."""
     indices: list[int]      # memory entries selected (sorted by weight, largest first)
     weights: list[float]    # renormalised retrieval weights alpha_i over the selected set (sum 1)
     k: int                  # |selected| chosen by the retrieval rule
     gate: float             # scalar correction gate g in [0, 1] (1.0 when the gate is ablated)
+    top_before: TopTokens | None = None   # the drafter's top tokens without the correction
+    top_after: TopTokens | None = None    # ... and with it (what the tree was grown from)
+
+    @property
+    def flipped(self) -> bool | None:
+        """Did the correction change the most likely draft token? None when not recorded."""
+        if not self.top_before or not self.top_after:
+            return None
+        return self.top_before[0][0] != self.top_after[0][0]
 
 
 class RetrievalLog(Mapping):
@@ -44,13 +56,20 @@ class RetrievalLog(Mapping):
     level) and converted on first read. `renumber` maps the loop's node ids to the pruned tree's."""
 
     def __init__(self):
-        self._levels: list[tuple] = []       # (node ids [F], indices [F, W], weights [F, W], k [F], gate [F])
+        # per level: node ids [F], indices [F, W], weights [F, W], k [F], gate [F], then the top
+        # TOP_TOKENS (log-prob [F, T], token [F, T]) before and after the correction, or None
+        self._levels: list[tuple] = []
         self._order: torch.Tensor | None = None
         self._size = 0
         self._table: dict[int, NodeRetrieval] | None = None
 
-    def add(self, nodes: torch.Tensor, got, gate: torch.Tensor) -> None:
-        self._levels.append((nodes, got.indices, got.weights, got.k, gate))
+    def add(self, nodes: torch.Tensor, got, gate: torch.Tensor, before: torch.Tensor | None = None,
+            after: torch.Tensor | None = None) -> None:
+        """One tree level's corrected states; before / after: their head logits [F, V] without and
+        with the correction (kept as top-k tensors: no host sync here)."""
+        tops = tuple(None if x is None else torch.log_softmax(x.float(), -1).topk(min(TOP_TOKENS, x.shape[-1]), -1)
+                     for x in (before, after))
+        self._levels.append((nodes, got.indices, got.weights, got.k, gate, *tops))
 
     def renumber(self, order: torch.Tensor, size: int) -> None:
         """order [N+1]: the loop's node id of each kept node; size: node ids the loop used."""
@@ -64,10 +83,12 @@ class RetrievalLog(Mapping):
                 for new, old in enumerate(self._order.tolist()):
                     new_id[old] = new
             self._table = {}
-            for nodes, idx, w, k, gate in self._levels:
-                for node, row, wt, kk, g in zip(nodes.tolist(), idx.tolist(), w.tolist(), k.tolist(), gate.tolist()):
+            for nodes, idx, w, k, gate, before, after in self._levels:
+                rows = zip(nodes.tolist(), idx.tolist(), w.tolist(), k.tolist(), gate.tolist(),
+                           _top_rows(before, nodes), _top_rows(after, nodes))
+                for node, row, wt, kk, g, tb, ta in rows:
                     if new_id[node] >= 0:
-                        self._table[new_id[node]] = NodeRetrieval(row[:kk], wt[:kk], kk, g)
+                        self._table[new_id[node]] = NodeRetrieval(row[:kk], wt[:kk], kk, g, tb, ta)
         return self._table
 
     def __getitem__(self, node: int) -> NodeRetrieval:
@@ -78,6 +99,13 @@ class RetrievalLog(Mapping):
 
     def __len__(self) -> int:
         return len(self._convert())
+
+
+def _top_rows(top, nodes: torch.Tensor) -> list:
+    """A topk (log-probs, ids) pair [F, T] -> per row [(token id, probability), ...]; Nones without one."""
+    if top is None:
+        return [None] * nodes.shape[0]
+    return [list(zip(ids, probs)) for ids, probs in zip(top.indices.tolist(), top.values.exp().tolist())]
 
 
 class _Listed:

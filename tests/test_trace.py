@@ -73,3 +73,37 @@ def test_generate_streams_a_prefill_record_then_rounds_that_fold_to_the_output(t
     assert len(acc.tokens) == 10 and acc.finish_reason == "length"
     assert sum(len(r.emitted) for r in records) == 10 and acc.target_forwards == len(records)
     assert all(r.finish is None for r in records[:-1]) and records[-1].finish == "length"
+
+
+def test_retrieval_log_keeps_top_tokens_before_and_after_the_correction():
+    class Got:
+        indices = torch.tensor([[0, 1]])
+        weights = torch.tensor([[0.5, 0.5]])
+        k = torch.tensor([2])
+    before = torch.tensor([[0.0, 3.0, 1.0, 2.0, -1.0, -2.0, -3.0]])     # top: token 1
+    after = torch.tensor([[0.0, 1.0, 1.0, 2.0, 5.0, -2.0, -3.0]])       # top: token 4
+    log = RetrievalLog()
+    log.add(torch.tensor([0]), Got(), torch.tensor([0.5]), before, after)
+    log.renumber(torch.tensor([0]), 1)
+    rec = log[0]
+    assert [t for t, _ in rec.top_before] == [1, 3, 2, 0, 4] and [t for t, _ in rec.top_after][0] == 4
+    assert rec.top_before[0][1] == pytest.approx(torch.softmax(before[0], -1)[1].item())
+    assert rec.flipped is True
+    assert NodeRetrieval([0], [1.0], 1, 0.5).flipped is None           # nothing recorded: unknown, not False
+
+
+def test_decode_records_top5_per_corrected_state_and_the_tree_grows_from_the_corrected_head(tiny_pipeline):
+    """The tree's depth-1 children are the top tokens AFTER the correction; an untrained corrector
+    starts as the identity (zero last layer), so before == after and nothing flips."""
+    pipe = tiny_pipeline
+    cfg = FoveaConfig().replace(decoding={"max_new_tokens": 6}, tree=dict(depth=3, top_k=2, total_tokens=6))
+    prompt = pipe.target.prepare(*pipe.random_example("scene", 5))
+    rounds = [r for r in generate(pipe.target, fovea(pipe.drafters["fovea"]), prompt, cfg)
+              if isinstance(r, IterationTrace)]
+    root = rounds[0].retrieval[0]
+    assert len(root.top_before) == len(root.top_after) == 5
+    probs = [p for _, p in root.top_after]
+    assert probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1 + 1e-6
+    children = {rounds[0].tokens[c] for c, p in enumerate(rounds[0].parents) if p == 0}
+    assert root.top_after[0][0] in children
+    assert all(r.flipped is False for it in rounds for r in it.retrieval.values())
