@@ -141,13 +141,12 @@ class _AssistantSession:
         return out.logits[0, -1]
 
     def propose(self, root: int, generator=None, clock: Clock = NO_CLOCK) -> DraftTree:
-        committed = self.cache.get_seq_length()
-        logits = self.advance(self.pending)
-        chain = []
-        for _ in range(self.lm.depth):
-            chain.append(int(logits.argmax()))
-            logits = self.advance(chain[-1:])
-        self.cache.crop(committed + len(self.pending))   # keep the committed tokens only
+        logits = self.advance(self.pending)      # the cache now holds every committed token
+        chain = [int(logits.argmax())]
+        for _ in range(self.lm.depth - 1):
+            chain.append(int(self.advance(chain[-1:]).argmax()))
+        if self.lm.depth > 1:
+            self.cache.crop(-(self.lm.depth - 1))  # drop the drafted tokens (crop(-k) drops the last k)
         return chain_tree(root, chain)
 
     def update(self, tokens: list[int], features: torch.Tensor) -> None:

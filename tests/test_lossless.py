@@ -119,3 +119,16 @@ def test_eos_and_max_new_tokens_inside_an_accepted_path(trained_pipeline):
             assert sd.finish_reason == "eos"
             checked_eos += 1
     assert checked_len >= 5 and checked_eos >= 3, (checked_len, checked_eos)
+
+
+def test_prompt_lookup_and_assistant_strategies_are_lossless(tiny_pipeline):
+    """The other drafting strategies run in the same decode loop and stay exact: prompt lookup
+    (n-grams of prompt + output) and an (untrained) assistant LM drafting greedy chains."""
+    from fovea.candidates import AssistantLM, PromptLookup
+    from fovea.training.assistant import build_assistant
+
+    pipe = tiny_pipeline
+    assistant = build_assistant(pipe.target.model.config, pipe.target.tokenizer).eval()
+    for strategy in (PromptLookup(), AssistantLM(assistant, depth=4)):
+        for p in prompts(pipe, 3, offset=400):
+            assert run(pipe.target, strategy, p, CFG).tokens == run(pipe.target, None, p, CFG).tokens, strategy.name
