@@ -1,78 +1,58 @@
-"""Event handlers of the app: each validates its input, calls the `fovea` pipeline and hands
-the records to the pure renderers in `app.render`, `app.focus` and `app.plots`.
+"""Event handlers of the app: each validates its input, calls the `fovea` pipeline and hands the
+records to the pure renderers in `app.render`, `app.tree`, `app.vision`, `app.focus` and `app.plots`.
 
-Per-user data lives in a `Session` carried by `gr.State`; the `Callbacks` object only holds the
-shared, read-only pipeline. Bad input becomes a `gr.Error` with the library's sentence; any
-other failure is logged with its traceback and shown as a short generic message.
+Per-user data lives in a `app.session.Session` carried by `gr.State`; the `Callbacks` object only
+holds the shared, read-only pipeline. Every decode, of every method and repeat, goes through
+`_stream` (one decode thread, the same streaming, records timing themselves), so the methods are
+timed the same way. Bad input becomes a `gr.Error` with the library's sentence; any other failure
+is logged with its traceback and shown as a short generic message.
 """
 from __future__ import annotations
 
-import hashlib
 import html
 import logging
 import random
+import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from pathlib import Path
 
 import gradio as gr
-from PIL import Image
 
 from app import plots, render
-from app.focus import FocusStep, focus_trajectory, heatmap_overlay, step_caption, step_for_token
-from app.settings import SETTING_NAMES, SettingsError, config_from_settings, variant_config
+from app.focus import step_for_token
+from app.session import (AUTOREGRESSIVE, FOVEA, LANE_NAMES, NO_CORRECTION, Session, from_trace_file, image_sha,
+                         new_session)
+from app.settings import SETTING_NAMES, SettingsError, config_from_settings, timing_repeats, variant_config
 from app.streaming import BackgroundStream
+from app.timing import Timings, interleaved_order
+from app.views import cleared_outputs, export_files, final_outputs, focus_view, lane, live_outputs
 from fovea.config import FoveaConfig
 from fovea.data import EVAL_SEED_START
+from fovea.ood import check_world
 from fovea.pipeline import InputError
-from fovea.trace import GenerationResult, IterationTrace
+from fovea.trace_io import TraceFormatError, load_trace
 
 log = logging.getLogger("fovea.app")
 STREAM_EVERY_S = 0.08      # at most ~12 UI updates per second while streaming
-FILMSTRIP_FRAMES = 12
-# outputs of `run`, in order; `app.ui` builds components under these names
-RUN_OUTPUTS = ("answer", "baseline", "metrics", "heatmap", "caption", "tree", "scrubber", "focus_plot",
-               "filmstrip", "accept_plot", "hist_plot", "timing_plot", "summary", "compare_html",
-               "compare_plot", "session")
-FOCUS_OUTPUTS = ("heatmap", "caption", "tree")
-
-
-@dataclass
-class Session:
-    """Everything one user's last request produced (kept in gr.State, never shared)."""
-    image: Image.Image                  # validated RGB input
-    question: str
-    config: FoveaConfig
-    fovea: GenerationResult
-    baseline: GenerationResult
-    strings: list[str]                  # display text of fovea.tokens
-    trajectory: list[FocusStep]
-    image_sha: str                      # identifies the input in the API summary
-    comparisons: list[dict] = field(default_factory=list)
+__all__ = ["Callbacks", "image_sha", "user_errors"]
 
 
 @contextmanager
 def user_errors(action: str):
-    """InputError / SettingsError -> gr.Error with their sentence; anything else -> logged + generic."""
+    """InputError / SettingsError / TraceFormatError -> gr.Error with their sentence; anything
+    else -> logged + generic."""
     try:
         yield
     except gr.Error:
         raise
-    except (InputError, SettingsError) as err:
+    except (InputError, SettingsError, TraceFormatError) as err:
         raise gr.Error(html.escape(str(err), quote=False), title="Please check your input",
                        print_exception=False) from None
     except Exception:
         log.exception("unexpected failure while %s", action)
         raise gr.Error(f"Something went wrong while {action}. Please try again; if it keeps happening, "
                        "try another image or question.", print_exception=False) from None
-
-
-def _pack(names: tuple[str, ...], **values) -> tuple:
-    return tuple(values[n] if n in values else gr.skip() for n in names)
-
-
-def image_sha(image: Image.Image) -> str:
-    return hashlib.sha256(image.tobytes()).hexdigest()[:16]
 
 
 def _image_path(payload) -> object:
@@ -82,128 +62,110 @@ def _image_path(payload) -> object:
     return payload
 
 
+def _drain(gen):
+    """Run a generator to its end, dropping what it yields; return its return value."""
+    while True:
+        try:
+            next(gen)
+        except StopIteration as stop:
+            return stop.value
+
+
 class Callbacks:
     def __init__(self, pipeline, cap: int):
         self.pipeline = pipeline
         self.cap = cap
+        # the race: FOVEA, the no-correction drafter when loaded, and the target alone
+        self.methods = [m for m in (FOVEA, NO_CORRECTION) if m in pipeline.drafters] + [AUTOREGRESSIVE]
 
-    def _strings(self, ids: list[int]) -> list[str]:
-        return render.display_strings(ids, self.pipeline.token_strings(ids))
+    def warm_up(self, config: FoveaConfig) -> float:
+        """Run every decode path once, through the same streaming as a request, so that no user's
+        first request pays first-call costs; returns the seconds it took."""
+        t0 = time.perf_counter()
+        image, question = self.pipeline.random_example("scene", EVAL_SEED_START)
+        for method in self.methods:
+            _drain(self._stream(image, question, config, method, None))
+        return time.perf_counter() - t0
 
     def _validate(self, image, question, settings: dict):
         with user_errors("reading your input"):
             img = self.pipeline.validate_image(_image_path(image))
             q = self.pipeline.validate_question(question)
             cfg = config_from_settings(settings, self.cap)
-        return img, q, cfg
+            repeats = timing_repeats(settings)
+        return img, q, cfg, repeats
 
     def check(self, image, question, *settings) -> None:
-        """The UI's fast pre-step: raise the input's gr.Error before any output is touched
-        (an error in `run` itself would mark every output component as failed)."""
+        """The UI's fast pre-step: raise the input's gr.Error before any output is touched."""
         self._validate(image, question, dict(zip(SETTING_NAMES, settings)))
 
-    # ---- Run: FOVEA streamed, then the autoregressive baseline, then the speedup ----------
+    # ---- Run: every method, interleaved repeats, the first repeat streamed live ----------------
     def run(self, image, question, mode, rho, k_min, k_max, fixed_k, depth, top_k, total_tokens, correction,
-            correction_depth, sampling, temperature, top_p, seed, max_new_tokens, session=None):
+            correction_depth, sampling, temperature, top_p, seed, max_new_tokens, repeats=None, session=None):
         """Generator over RUN_OUTPUTS tuples. Parameters are named for the API (settings follow
-        SETTING_NAMES); the previous session is replaced by the new one."""
-        settings = dict(mode=mode, rho=rho, k_min=k_min, k_max=k_max, fixed_k=fixed_k, depth=depth, top_k=top_k,
-                        total_tokens=total_tokens, correction=correction, correction_depth=correction_depth,
-                        sampling=sampling, temperature=temperature, top_p=top_p, seed=seed,
-                        max_new_tokens=max_new_tokens)
-        img, q, cfg = self._validate(image, question, settings)
+        SETTING_NAMES); the previous session's outputs are cleared first, then replaced."""
+        settings = dict(zip(SETTING_NAMES, (mode, rho, k_min, k_max, fixed_k, depth, top_k, total_tokens, correction,
+                                             correction_depth, sampling, temperature, top_p, seed, max_new_tokens,
+                                             repeats)))
+        img, q, cfg, n_repeats = self._validate(image, question, settings)
+        world = check_world(img)
+        yield cleared_outputs(world, len(self.methods))
         with user_errors("decoding"):
-            fovea = yield from self._stream(img, q, cfg, "fovea", self._live_fovea(img))
-            fovea_stats = render.stats_from_result(fovea)
-            baseline = yield from self._stream(img, q, cfg, "autoregressive", self._live_baseline(fovea_stats))
-            session = Session(img, q, cfg, fovea, baseline, self._strings(fovea.tokens),
-                              focus_trajectory(fovea.iterations), image_sha(img))
-            yield self._final_outputs(session)
+            timings, first = Timings(), {}
+            for r in range(n_repeats):
+                for method in interleaved_order(self.methods, r):
+                    live = self._live(img, first, method, r, n_repeats, world)
+                    result = yield from self._stream(img, q, cfg, method, live)
+                    timings.add(r, method, result.tokens_per_s)
+                    first.setdefault(method, result)
+                    yield live(None)
+            session = new_session(img, q, cfg, first, timings, self.pipeline)
+            yield final_outputs(session, sampling=not cfg.decoding.greedy)
 
     def _stream(self, img, q, cfg, method: str, live):
         """Fold one decode's records into an Accumulator, yielding `live(acc)` at most every
-        STREAM_EVERY_S while it runs; return its GenerationResult. The decoder runs in its own
-        thread and each record times itself, so rendering never slows or inflates the figures."""
-        acc = self.pipeline.accumulator(method)
+        STREAM_EVERY_S while it runs (never when `live` is None); return its GenerationResult. The
+        decoder runs in its own thread and each record times itself, so rendering never slows or
+        inflates the figures."""
+        acc = self.pipeline.accumulator(AUTOREGRESSIVE if method == AUTOREGRESSIVE else FOVEA)
+        stream = self.pipeline.stream(img, q, cfg, method="autoregressive") if method == AUTOREGRESSIVE else \
+            self.pipeline.stream(img, q, cfg, method="fovea", drafter=method)
         last = 0.0
-        for batch in BackgroundStream(self.pipeline.stream(img, q, cfg, method=method)).batches():
+        for batch in BackgroundStream(stream).batches():
             acc.extend(batch)
-            if not acc.done and time.perf_counter() - last >= STREAM_EVERY_S:
+            if live is not None and not acc.done and time.perf_counter() - last >= STREAM_EVERY_S:
                 last = time.perf_counter()
                 yield live(acc)
         if not acc.done:
             raise RuntimeError(f"the {method} stream ended before the run finished")
-        return self.pipeline.result(acc)
+        result = self.pipeline.result(acc)
+        result.method = method
+        return result
 
-    def _live_fovea(self, img):
+    def _live(self, img, first: dict, method: str, repeat: int, n_repeats: int, world):
+        """The live view while `method` streams: the race lanes (finished ones + this one), and on
+        the first repeat this method's own outputs. acc=None: the method just finished."""
         def live(acc) -> tuple:
-            stats = render.stats_from(acc)
-            return _pack(RUN_OUTPUTS, answer=render.answer_html(acc.rounds, self._strings(acc.tokens)),
-                         metrics=render.metrics_html(stats, None), summary=render.summary(stats, None),
-                         **self._live_focus(img, acc.rounds))
+            lanes = [lane(LANE_NAMES[m], first[m].iterations, self._strings(first[m].tokens), first[m].wall_s * 1e3,
+                          True) for m in self.methods if m in first]
+            if acc is not None and repeat == 0:
+                lanes.append(lane(LANE_NAMES[method], acc.rounds or acc.steps, self._strings(acc.tokens),
+                                  acc.ms, False))
+            status = (f"timing run {repeat + 1} of {n_repeats}: {LANE_NAMES[method]}…" if n_repeats > 1
+                      else f"{LANE_NAMES[method]}…")
+            return live_outputs(self.pipeline, img, method, acc if repeat == 0 else None, lanes, status,
+                                self._strings)
         return live
 
-    def _live_baseline(self, fovea_stats: render.RunStats):
-        def live(acc) -> tuple:
-            stats = render.stats_from(acc)
-            return _pack(RUN_OUTPUTS, baseline=render.plain_answer_html(self._strings(acc.tokens)),
-                         metrics=render.metrics_html(fovea_stats, stats), summary=render.summary(fovea_stats, stats))
-        return live
-
-    def _live_focus(self, img, rounds: list) -> dict:
-        """Heatmap + tree of the newest round while streaming."""
-        steps = focus_trajectory(rounds[-1:])
-        if not steps:
-            return {}
-        it = rounds[-1]
-        strings = self._strings(it.tokens)
-        return {"heatmap": heatmap_overlay(img, steps[-1].retrieval, self.pipeline.memory_grid),
-                "caption": step_caption(steps[-1], it, strings, 0, 1, self.pipeline.memory_grid),
-                "tree": render.tree_html(it, strings, self._strings([it.bonus_token])[0])}
-
-    def _final_outputs(self, s: Session) -> tuple:
-        f, b = render.stats_from_result(s.fovea), render.stats_from_result(s.baseline)
-        n = len(s.trajectory)
-        steps = [r.ms for r in s.baseline.iterations]
-        ar_ms = sum(steps) / len(steps) if steps else None
-        return _pack(
-            RUN_OUTPUTS, answer=render.answer_html(s.fovea.iterations, s.strings),
-            baseline=render.plain_answer_html(self._strings(s.baseline.tokens)),
-            metrics=render.metrics_html(f, b),
-            scrubber=gr.Slider(minimum=0, maximum=max(1, n - 1), value=0, step=1, interactive=n > 1),
-            focus_plot=plots.focus_shift_figure(s.trajectory), filmstrip=self._filmstrip(s),
-            accept_plot=plots.accept_length_figure(s.fovea.iterations),
-            hist_plot=plots.accept_histogram_figure(s.fovea.iterations),
-            timing_plot=plots.timing_figure(s.fovea.iterations, ar_ms),
-            summary=render.summary(f, b, question=s.question, image_sha=s.image_sha, answer=s.fovea.text,
-                                   baseline_answer=s.baseline.text, focus_steps=n,
-                                   finish_reason=s.fovea.finish_reason),
-            compare_html=render.comparison_html([]), compare_plot=plots.comparison_figure([]), session=s,
-            **dict(zip(FOCUS_OUTPUTS, self._focus_view(s, 0))))
+    def _strings(self, ids: list[int]) -> list[str]:
+        return render.display_strings(ids, self.pipeline.token_strings(ids))
 
     # ---- Focus: scrubber, token click, player -------------------------------------------------
-    def _focus_view(self, s: Session, index: int) -> tuple:
-        """(heatmap, caption, tree) for trajectory step `index` of a session."""
-        grid = self.pipeline.memory_grid
-        if not s.trajectory:
-            tree = self._tree(s.fovea.iterations[-1]) if s.fovea.iterations else ""
-            return heatmap_overlay(s.image, None, grid), "No draft state read the visual memory in this run.", tree
-        index = min(max(int(index), 0), len(s.trajectory) - 1)
-        step = s.trajectory[index]
-        it = s.fovea.iterations[step.iteration]
-        strings = self._strings(it.tokens)
-        caption = step_caption(step, it, strings, index, len(s.trajectory), grid)
-        return heatmap_overlay(s.image, step.retrieval, grid), caption, self._tree(it, step.node, strings)
-
-    def _tree(self, it: IterationTrace, selected: int | None = None, strings: list[str] | None = None) -> str:
-        strings = strings or self._strings(it.tokens)
-        return render.tree_html(it, strings, self._strings([it.bonus_token])[0], selected)
-
     def scrub(self, index, session: Session | None):
         if session is None:
-            return _pack(FOCUS_OUTPUTS)
+            return gr.skip(), "Run a request (or import a trace) first; then the scrubber moves through its focus steps.", gr.skip()
         with user_errors("drawing the focus view"):
-            return self._focus_view(session, index or 0)
+            return focus_view(session, index or 0)
 
     def click_token(self, session: Session | None, evt: gr.EventData):
         """Answer token clicked (data-iter / data-k from the HTML) -> move the scrubber there."""
@@ -230,33 +192,54 @@ class Callbacks:
             return gr.skip(), gr.Timer(active=False)
         return int(index) + 1, gr.skip()
 
-    def _filmstrip(self, s: Session) -> list[tuple[Image.Image, str]]:
-        """Small heatmaps at up to FILMSTRIP_FRAMES evenly spaced focus steps."""
-        n = len(s.trajectory)
-        picks = range(n) if n <= FILMSTRIP_FRAMES else \
-            sorted({round(i * (n - 1) / (FILMSTRIP_FRAMES - 1)) for i in range(FILMSTRIP_FRAMES)})
-        frames = []
-        for i in picks:
-            step = s.trajectory[i]
-            token = self._strings([s.fovea.iterations[step.iteration].tokens[step.node]])[0].strip() or "␣"
-            frames.append((heatmap_overlay(s.image, step.retrieval, self.pipeline.memory_grid, side=160),
-                           f"{i + 1} · K={step.retrieval.k} · {token[:8]}"))
-        return frames
-
-    # ---- Analysis: the same request under another retrieval variant ---------------------------
+    # ---- Analysis: the same request under another variant, timed interleaved ------------------
     def compare(self, variant: str, session: Session | None):
         if session is None:
             raise gr.Error("Run a request first, then compare retrieval modes on it.", print_exception=False)
+        if session.imported:
+            raise gr.Error("This view is an imported trace; Compare re-runs the request, so press Run first.",
+                           print_exception=False)
         with user_errors("running the comparison"):
             cfg = variant_config(session.config, variant)
-            result = self.pipeline.generate(session.image, session.question, cfg, method="fovea")
-            base = render.stats_from_result(session.baseline)
+            timings, run = Timings(), None
+            for r in range(max(1, len(session.timings.repeats))):
+                for method in interleaved_order([variant, AUTOREGRESSIVE], r):
+                    use = cfg if method == variant else session.config
+                    result = _drain(self._stream(session.model_image, session.question, use,
+                                                 FOVEA if method == variant else AUTOREGRESSIVE, None))
+                    timings.add(r, method, result.tokens_per_s)
+                    run = run or (result if method == variant else None)
             if not session.comparisons:
                 session.comparisons.append(render.comparison_row(
-                    f"{session.config.retrieval.mode} (your run)", render.stats_from_result(session.fovea), base))
-            session.comparisons.append(render.comparison_row(variant, render.stats_from_result(result), base))
+                    f"{session.config.retrieval.mode} (your run)", render.stats_from_result(session.fovea),
+                    session.timings.speedup(FOVEA)))
+            session.comparisons.append(render.comparison_row(variant, render.stats_from_result(run),
+                                                             timings.speedup(variant)))
             rows = session.comparisons
             return render.comparison_html(rows), plots.comparison_figure(rows), session
+
+    # ---- Export / import of a run's full trace ------------------------------------------------
+    def export_trace(self, session: Session | None):
+        if session is None:
+            raise gr.Error("Run a request (or import a trace) first, then export it.", print_exception=False)
+        with user_errors("exporting the trace"):
+            folder = Path(tempfile.mkdtemp(prefix="fovea-trace-"))
+            return export_files(session, folder, self.pipeline.image_size)
+
+    def import_trace(self, file, session: Session | None = None):
+        """A trace JSON (uploaded file path) -> every view of that run, without decoding."""
+        path = file.get("path") if isinstance(file, dict) else file
+        if not path:
+            raise gr.Error("Choose a trace file (.json) exported from FOVEA Studio.", print_exception=False)
+        with user_errors("reading the trace"):
+            try:
+                data = Path(path).read_bytes()
+                new = from_trace_file(load_trace(data))
+            except (OSError, ValueError) as err:
+                if isinstance(err, TraceFormatError):
+                    raise
+                raise TraceFormatError(f"That trace cannot be shown ({err}); export it again from the app.") from None
+            return final_outputs(new)
 
     # ---- Inputs: random generated examples --------------------------------------------------
     def random_example(self, family: str):

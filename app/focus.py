@@ -10,14 +10,15 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
+from fovea.data import letterbox
 from fovea.trace import (JACCARD_TOP, FocusStep, IterationTrace, NodeRetrieval, focus_shifts, focus_trajectory,
                          jaccard_distance, top_set)
 
 # the trajectory and its Jaccard statistics live in fovea.trace; the app's renderers import them here
 __all__ = ["JACCARD_TOP", "FocusStep", "colormap", "focus_shifts", "focus_trajectory", "heatmap_overlay",
-           "jaccard_distance", "step_caption", "step_for_token", "top_set", "weight_grid"]
+           "jaccard_distance", "step_caption", "step_for_token", "top_set", "weight_grid", "trajectory_gif"]
 
-HEATMAP_SIDE = 384    # display side of the overlay (the model sees a square resize of the image)
+HEATMAP_SIDE = 384    # display side of the overlay: the model's letterboxed square canvas, scaled
 # "inferno"-like anchors, dark -> bright; interpolated linearly (no matplotlib dependency)
 _CMAP = np.array([[0, 0, 4], [87, 16, 110], [188, 55, 84], [249, 142, 9], [252, 255, 164]], dtype=float)
 
@@ -64,12 +65,13 @@ def colormap(values: np.ndarray) -> np.ndarray:
 
 def heatmap_overlay(image: Image.Image, retrieval: NodeRetrieval | None, grid: tuple[int, int],
                     side: int = HEATMAP_SIDE) -> Image.Image:
-    """The image as the model sees it (square resize) with the retrieval weights on top.
+    """The image as the model sees it (letterboxed into a square canvas: aspect kept, grey bars; the
+    memory grid covers the whole canvas) with the retrieval weights on top.
 
     Selected patches are tinted by weight relative to the largest one (colour and opacity);
     unselected patches are dimmed, so the "fovea" reads at a glance. `retrieval=None` returns
     the image with the patch grid only."""
-    base = np.asarray(image.convert("RGB").resize((side, side), Image.BICUBIC), dtype=np.float32)
+    base = np.asarray(letterbox(image, side), dtype=np.float32)
     rows, cols = grid
     if retrieval is not None and retrieval.indices:
         w = weight_grid(retrieval, grid)
@@ -81,6 +83,14 @@ def heatmap_overlay(image: Image.Image, retrieval: NodeRetrieval | None, grid: t
         base = base * dim * (1 - alpha) + tint * alpha
     _draw_grid(base, rows, cols)
     return Image.fromarray(base.clip(0, 255).astype(np.uint8))
+
+
+def trajectory_gif(image: Image.Image, trajectory: list[FocusStep], grid: tuple[int, int], path,
+                   side: int = 256, frame_ms: int = 600) -> None:
+    """The focus trajectory as an animated GIF (one frame per focus step; the plain image when empty)."""
+    frames = [heatmap_overlay(image, s.retrieval, grid, side) for s in trajectory] or \
+             [heatmap_overlay(image, None, grid, side)]
+    frames[0].save(path, format="GIF", save_all=True, append_images=frames[1:], duration=frame_ms, loop=0)
 
 
 def _upsample(grid_values: np.ndarray, side: int) -> np.ndarray:

@@ -35,9 +35,11 @@ def empty_figure(message: str) -> go.Figure:
     return _style(fig, "", height=220)
 
 
-def focus_shift_figure(trajectory: list[FocusStep], top: int = JACCARD_TOP) -> go.Figure:
+def focus_shift_figure(trajectory: list[FocusStep], top: int = JACCARD_TOP, locality: list | None = None) -> go.Figure:
     """K per focus step (bars, right axis) and the Top-`top` Jaccard distance between adjacent
-    steps (line, left axis): how far the drafter's focus moves as decoding proceeds."""
+    steps (line, left axis): how far the drafter's focus moves as decoding proceeds. `locality`
+    (`fovea.locality.focus_locality` over the same steps) adds PRR's per-step overlap |P∩T|/|T|
+    and weighted hit rate of the predicted selection."""
     if not trajectory:
         return empty_figure("No draft state read the visual memory (correction off?).")
     steps = list(range(1, len(trajectory) + 1))
@@ -48,7 +50,13 @@ def focus_shift_figure(trajectory: list[FocusStep], top: int = JACCARD_TOP) -> g
     fig.add_trace(go.Scatter(x=steps[1:], y=focus_shifts(trajectory, top), name=f"Top-{top} Jaccard distance",
                              mode="lines+markers", line=dict(color=ROSE, width=2), hovertext=hover[1:]),
                   secondary_y=False)
-    fig.update_yaxes(title_text="Jaccard distance to previous", range=[0, 1.05], secondary_y=False)
+    if locality:
+        for name, key, colour in (("PRR overlap |P∩T|/|T|", "overlap", SLATE), ("PRR hit rate (weighted)", "hit_rate", AMBER)):
+            ys = [getattr(s, key) for s in locality]
+            fig.add_trace(go.Scatter(x=steps, y=ys, name=name, mode="lines+markers", connectgaps=False,
+                                     line=dict(color=colour, width=1.5, dash="dot"), marker=dict(size=5)),
+                          secondary_y=False)
+    fig.update_yaxes(title_text="distance / overlap (0-1)", range=[0, 1.05], secondary_y=False)
     fig.update_yaxes(title_text="K", rangemode="tozero", showgrid=False, secondary_y=True)
     fig.update_xaxes(title_text="focus step (draft state on the committed path)")
     return _style(fig, "Focus shifts along the decoding trajectory", height=320)

@@ -8,11 +8,15 @@ reads the same with or without the app's stylesheet.
 from __future__ import annotations
 
 import html
-import math
 from dataclasses import dataclass, field
 
+from app.timing import Speedup
+from app.tree import token_text, tree_html
 from fovea.trace import Accumulator, GenerationResult, IterationTrace
-from fovea.tree import children_of
+
+__all__ = ["answer_html", "comparison_html", "metrics_html", "tree_html", "token_text"]
+SAMPLING_NOTE = ("Speculative sampling preserves the target's output distribution, not its exact tokens: with "
+                 "sampling on, FOVEA's answer and the autoregressive one are two valid samples and may differ.")
 
 # accepted draft tokens: darker = shallower in the draft tree; index 0 is depth 1
 DEPTH_COLOURS = ["#0f766e", "#0d9488", "#2dd4bf", "#99f6e4", "#ccfbf1"]
@@ -26,26 +30,23 @@ def depth_style(depth: int) -> str:
     return f"background:{bg};color:{fg}"
 
 
-def token_text(s: str) -> str:
-    """HTML-escaped display text of one token; empty tokens get a visible placeholder."""
-    if s == "":
-        return "∅"
-    return html.escape(s).replace("\n", "⏎")
-
-
 def display_strings(ids: list[int], strings: list[str]) -> list[str]:
     """Token display texts with a visible stand-in (the id) for tokens that decode to nothing."""
     return [s if s else f"⟨{i}⟩" for i, s in zip(ids, strings)]
 
 
-def answer_html(rounds: list[IterationTrace], strings: list[str]) -> str:
+def answer_html(rounds: list[IterationTrace], strings: list[str], flips: tuple[dict, dict] | None = None,
+                vocab=None) -> str:
     """The FOVEA answer, one span per token.
 
     `strings` is the display text of every answer token in order (`Accumulator.tokens`): any
     leading tokens not covered by the rounds' emitted tokens came from the target's prefill.
     Accepted draft tokens are shaded by their tree depth; bonus and prefill tokens (the
     target's own) are amber. Round tokens carry data-iter (index into iterations) and data-k
-    (position within that round's emitted tokens) for the click handler."""
+    (position within that round's emitted tokens) for the click handler. `flips`
+    (`app.vision.flip_marks`) marks tokens the correction flipped: accepted ones get a ⚑ badge,
+    rejected ones appear struck through where the target turned them down (`vocab(id)` names them)."""
+    accepted_flips, rejected_flips = flips or ({}, {})
     lead = max(0, len(strings) - sum(len(it.emitted) for it in rounds))
     target_style = f"background:{BONUS_COLOUR};color:#422006"
     spans = [f'<span class="fv-tok fv-prefill" style="{target_style}" title="first token, from the target\'s '
@@ -53,8 +54,12 @@ def answer_html(rounds: list[IterationTrace], strings: list[str]) -> str:
     pos = lead
     for i, it in enumerate(rounds):
         for k in range(len(it.emitted)):
+            spans += [_rejected_flip(s, vocab) for s in rejected_flips.get((i, k), [])]
             text = token_text(strings[pos]) if pos < len(strings) else "?"
             pos += 1
+            if (i, k) in accepted_flips:
+                text += '<sup class="fv-flip fv-flip-accepted" title="the visual correction flipped this draft ' \
+                        'token; the target accepted it">⚑</sup>'
             if k < len(it.accepted):
                 depth = it.depths[it.accepted[k]]
                 style, cls = depth_style(depth), f"fv-tok fv-draft fv-d{depth}"
@@ -66,6 +71,13 @@ def answer_html(rounds: list[IterationTrace], strings: list[str]) -> str:
                          f'title="{html.escape(title)}">{text}</span>')
     body = "".join(spans) or '<span class="fv-empty">The answer appears here, token by token.</span>'
     return f'<div class="fv-answer">{body}</div>'
+
+
+def _rejected_flip(state, vocab) -> str:
+    token = state.top_after[0][0]
+    text = token_text(vocab(token)) if vocab else str(token)
+    return (f'<span class="fv-flip fv-flip-rejected" title="the visual correction flipped this draft token; the '
+            f'target rejected it ({state.verdict})">⚑<s>{text}</s></span>')
 
 
 def plain_answer_html(strings: list[str], placeholder: str = "") -> str:
@@ -81,62 +93,10 @@ def legend_html() -> str:
              for d in range(1, n + 1)]
     chips.append(f'<span class="fv-tok" style="background:{BONUS_COLOUR};color:#422006">bonus (target)</span>')
     chips.append('<span class="fv-tok fv-rejected">rejected</span>')
+    chips.append('<span class="fv-flip fv-flip-accepted">⚑</span> the visual correction flipped the draft '
+                 '(<span class="fv-flip fv-flip-rejected">⚑<s>tok</s></span> = flipped, rejected)')
     return ('<div class="fv-legend">accepted draft tokens by tree depth: ' + " ".join(chips)
             + ' · click a token to see the draft state that proposed it</div>')
-
-
-def tree_html(it: IterationTrace, strings: list[str], bonus_string: str, selected: int | None = None) -> str:
-    """Draft-tree inspector for one iteration: nested lists, children by draft score.
-
-    `strings[i]` is the display text of it.tokens[i]. The accepted path is highlighted, rejected
-    nodes are struck through, nodes whose draft state read the memory carry a K badge, and the
-    bonus token hangs under the last accepted node. `selected` outlines one node."""
-    children = [sorted(kids, key=lambda c: -it.scores[c]) for kids in children_of(it.parents)]
-    last = it.accepted[-1] if it.accepted else 0
-    accepted = set(it.accepted)
-
-    def node_html(node: int) -> str:
-        kids = "".join(node_html(c) for c in children[node])
-        if node == last:
-            kids += (f'<li><span class="fv-node fv-bonus" style="background:{BONUS_COLOUR};color:#422006" '
-                     f'title="the target\'s own token after the accepted path">{token_text(bonus_string)}'
-                     '<small> bonus</small></span></li>')
-        sub = f"<ul>{kids}</ul>" if kids else ""
-        return f"<li>{_node_label(it, node, strings, node in accepted, node == selected)}{sub}</li>"
-
-    head = (f'<div class="fv-tree-head">Round {it.iteration}: {len(it.tokens) - 1} draft nodes, '
-            f'{len(it.accepted)} accepted + 1 bonus (τ = {it.accept_length}) · '
-            f'draft {it.draft_ms:.1f} ms, verify {it.verify_ms:.1f} ms</div>')
-    return f'<div class="fv-tree">{head}<ul>{node_html(0)}</ul></div>'
-
-
-def _node_label(it: IterationTrace, node: int, strings: list[str], accepted: bool, selected: bool) -> str:
-    text = token_text(strings[node]) if node < len(strings) else "?"
-    if node == 0:
-        cls, style, note = "fv-root", "background:#1f2937;color:#ffffff", "root"
-    elif accepted:
-        cls, style = "fv-accepted", depth_style(it.depths[node])
-        note = _percent(_local_prob(it, node))
-    else:
-        cls, style = "fv-rejected", f"color:{REJECTED_COLOUR};text-decoration:line-through"
-        note = _percent(_local_prob(it, node))
-    badge = ""
-    if node in it.retrieval:
-        r = it.retrieval[node]
-        badge = (f'<small class="fv-badge" title="this draft state read K memory entries; g is the correction '
-                 f'gate">K={r.k} g={r.gate:.2f}</small>')
-    outline = ";outline:2px solid #f43f5e;outline-offset:1px" if selected else ""
-    return (f'<span class="fv-node {cls}" style="{style}{outline}" data-node="{node}">{text}'
-            f'<small> {note}</small></span>{badge}')
-
-
-def _percent(p: float) -> str:
-    return f"{p:.0%}" if p >= 0.01 else "<1%"
-
-
-def _local_prob(it: IterationTrace, node: int) -> float:
-    """Drafter probability of a node given its parent (scores are cumulative log-probs)."""
-    return math.exp(it.scores[node] - it.scores[it.parents[node]])
 
 
 @dataclass
@@ -185,11 +145,20 @@ def speedup(fovea: RunStats | None, baseline: RunStats | None) -> float | None:
     return fovea.tokens_per_s / baseline.tokens_per_s
 
 
-def metrics_html(fovea: RunStats | None, baseline: RunStats | None) -> str:
-    """Side-by-side throughput table with the speedup headline (live while runs stream)."""
+def metrics_html(fovea: RunStats | None, baseline: RunStats | None, timing: Speedup | None = None,
+                 status: str = "", sampling: bool = False) -> str:
+    """Side-by-side throughput table with the speedup headline: the median of interleaved repeats
+    with its range (`timing`), else this one run's ratio said to be one run."""
     ratio = speedup(fovea, baseline)
-    if ratio is not None:
-        headline = f'<div class="fv-speedup"><b>{ratio:.2f}×</b> speedup over autoregressive decoding</div>'
+    if status:
+        headline = f'<div class="fv-speedup fv-running">{html.escape(status)}</div>'
+    elif timing is not None:
+        big, _, rest = timing.label().partition(" ")
+        headline = (f'<div class="fv-speedup"><b>{big}</b> speedup over autoregressive decoding '
+                    f'<span class="fv-spread">{html.escape(rest)}</span></div>')
+    elif ratio is not None:
+        headline = (f'<div class="fv-speedup"><b>{ratio:.2f}×</b> speedup over autoregressive decoding '
+                    '<span class="fv-spread">(one run: single timings vary run to run)</span></div>')
     elif fovea is not None and not fovea.done:
         headline = '<div class="fv-speedup fv-running">FOVEA decoding…</div>'
     elif fovea is not None:
@@ -210,8 +179,9 @@ def metrics_html(fovea: RunStats | None, baseline: RunStats | None) -> str:
     ]
     body = "".join(f"<tr><th>{name}</th><td>{col(fovea, fmt)}</td><td>{col(baseline, fmt)}</td></tr>"
                    for name, fmt in rows)
+    note = f'<div class="fv-note">{SAMPLING_NOTE}</div>' if sampling else ""
     return (f'<div class="fv-metrics">{headline}<table><thead><tr><th></th><th>FOVEA</th>'
-            f'<th>autoregressive</th></tr></thead><tbody>{body}</tbody></table></div>')
+            f'<th>autoregressive</th></tr></thead><tbody>{body}</tbody></table>{note}</div>')
 
 
 def summary(fovea: RunStats | None, baseline: RunStats | None, **extra) -> dict:
@@ -228,19 +198,35 @@ def summary(fovea: RunStats | None, baseline: RunStats | None, **extra) -> dict:
 
 
 def comparison_html(rows: list[dict]) -> str:
-    """Table of runs of the same request under different retrieval modes (see `summary`)."""
+    """Table of the same request under other variants (rows from `comparison_row`); the speedup is
+    the median of interleaved repeats against autoregressive decoding, with its range."""
     if not rows:
         return '<div class="fv-empty">Run a request, then pick a mode and press Compare.</div>'
-    head = "".join(f"<th>{h}</th>" for h in ("variant", "tokens/s", "speedup", "mean τ", "tokens / forward", "wall"))
-    head = f"<tr>{head}</tr>"
+    head = "".join(f"<th>{h}</th>" for h in ("variant", "speedup (median, range)", "timed runs", "tokens/s",
+                                              "mean τ", "tokens / forward"))
     body = "".join(
-        f"<tr><td>{html.escape(r['variant'])}</td><td>{r['tokens_per_s']:.1f}</td>"
-        f"<td>{'—' if r['speedup'] is None else format(r['speedup'], '.2f') + '×'}</td>"
-        f"<td>{r['mean_tau']:.2f}</td><td>{r['tokens_per_forward']:.2f}</td><td>{r['wall_s']:.2f} s</td></tr>"
+        f"<tr><td>{html.escape(r['variant'])}</td><td>{_speedup_cell(r)}</td><td>{r['runs']}</td>"
+        f"<td>{r['tokens_per_s']:.1f}</td><td>{r['mean_tau']:.2f}</td><td>{r['tokens_per_forward']:.2f}</td></tr>"
         for r in rows)
-    return f'<div class="fv-metrics"><table><thead>{head}</thead><tbody>{body}</tbody></table></div>'
+    one = any(r["runs"] == 1 for r in rows)
+    note = ('<div class="fv-note">One timed run per variant: differences of a few tenths are noise; raise '
+            '"Timing repeats" in Settings for a median.</div>' if one else
+            '<div class="fv-note">Each variant and the autoregressive baseline ran interleaved; the table shows '
+            'the median speedup and its min–max range.</div>')
+    return f'<div class="fv-metrics"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}</div>'
 
 
-def comparison_row(variant: str, run: RunStats, baseline: RunStats | None) -> dict:
-    return {"variant": variant, "tokens_per_s": run.tokens_per_s, "speedup": speedup(run, baseline),
-            "mean_tau": run.mean_tau, "tokens_per_forward": run.tokens_per_forward, "wall_s": run.wall_s}
+def _speedup_cell(row: dict) -> str:
+    if row["speedup"] is None:
+        return "—"
+    if row["runs"] == 1:
+        return f"{row['speedup']:.2f}×"
+    return f"{row['speedup']:.2f}× ({row['low']:.2f}–{row['high']:.2f})"
+
+
+def comparison_row(variant: str, run: RunStats, timing: Speedup | None) -> dict:
+    """One Compare row: `run` is the variant's first timed run, `timing` its speedup over repeats."""
+    return {"variant": variant, "tokens_per_s": run.tokens_per_s, "mean_tau": run.mean_tau,
+            "tokens_per_forward": run.tokens_per_forward, "wall_s": run.wall_s,
+            "speedup": None if timing is None else timing.median, "low": None if timing is None else timing.low,
+            "high": None if timing is None else timing.high, "runs": 0 if timing is None else timing.n}

@@ -1,4 +1,4 @@
-"""The Settings accordion: its Gradio controls and the pure mapping from their values to a
+"""The Settings tab: its Gradio controls and the pure mapping from their values to a
 `fovea.config.FoveaConfig`.
 
 `config_from_settings` never trusts its input (API callers can send anything) and raises
@@ -14,10 +14,13 @@ import gradio as gr
 from fovea.config import RETRIEVAL_MODES, FoveaConfig
 
 MAX_NEW_TOKENS_CAP = 256
+MAX_REPEATS = 9
+DEFAULT_REPEATS = 3        # interleaved timing repeats per Run: the headline is their median
 DEFAULTS = FoveaConfig()
 # order of the controls, i.e. of the callback arguments that carry them
 SETTING_NAMES = ("mode", "rho", "k_min", "k_max", "fixed_k", "depth", "top_k", "total_tokens",
-                 "correction", "correction_depth", "sampling", "temperature", "top_p", "seed", "max_new_tokens")
+                 "correction", "correction_depth", "sampling", "temperature", "top_p", "seed", "max_new_tokens",
+                 "repeats")
 
 
 class SettingsError(ValueError):
@@ -25,10 +28,10 @@ class SettingsError(ValueError):
 
 
 def settings_panel(cap: int = MAX_NEW_TOKENS_CAP, initial: FoveaConfig = DEFAULTS) -> list[gr.components.Component]:
-    """Build the accordion inside the current Blocks context, showing `initial`; returns the
-    controls in SETTING_NAMES order."""
+    """Build the controls inside the current Blocks context (the Settings tab), showing `initial`;
+    returns them in SETTING_NAMES order."""
     r, c, t, d = initial.retrieval, initial.correction, initial.tree, initial.decoding
-    with gr.Accordion("Settings", open=False):
+    with gr.Group():
         with gr.Row():
             mode = gr.Dropdown(list(RETRIEVAL_MODES), value=r.mode, label="Retrieval mode")
             max_new = gr.Slider(1, cap, value=min(d.max_new_tokens, cap), step=1, label="Max new tokens")
@@ -49,8 +52,20 @@ def settings_panel(cap: int = MAX_NEW_TOKENS_CAP, initial: FoveaConfig = DEFAULT
             temperature = gr.Slider(0.05, 2.0, value=d.temperature, step=0.05, label="Temperature")
             top_p = gr.Slider(0.05, 1.0, value=d.top_p, step=0.05, label="Top-p")
             seed = gr.Number(value=d.seed, precision=0, label="Seed")
+        repeats = gr.Slider(1, MAX_REPEATS, value=DEFAULT_REPEATS, step=1, label="Timing repeats",
+                            info="each method runs this many times, interleaved; the speedup is their median")
+    gr.Markdown("Greedy decoding is lossless: FOVEA's answer equals the target's own, token for token. "
+                "Speculative sampling preserves the target's output distribution, not its exact tokens, so with "
+                "sampling the two answers are different valid samples.", elem_classes=["fv-note"])
     return [mode, rho, k_min, k_max, fixed_k, depth, top_k, total, correction, corr_depth,
-            sampling, temperature, top_p, seed, max_new]
+            sampling, temperature, top_p, seed, max_new, repeats]
+
+
+def timing_repeats(values: dict) -> int:
+    """The "Timing repeats" control, checked (1..MAX_REPEATS; absent = the default)."""
+    if values.get("repeats") is None:
+        return DEFAULT_REPEATS
+    return _number(values, "repeats", "Timing repeats", 1, MAX_REPEATS)
 
 
 def _number(values: dict, name: str, label: str, lo: float, hi: float, integer: bool = True):

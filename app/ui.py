@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import socket
 from pathlib import Path
 
 import gradio as gr
 
 from app import plots, render
-from app.callbacks import FOCUS_OUTPUTS, RUN_OUTPUTS, Callbacks
+from app.callbacks import Callbacks
 from app.settings import COMPARE_VARIANTS, MAX_NEW_TOKENS_CAP, settings_panel
+from app.views import FOCUS_OUTPUTS, RACE_NOTE, RUN_OUTPUTS
+from app.vision import race_html, vision_html
 from fovea.config import FoveaConfig
+
+log = logging.getLogger("fovea.app")
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES_DIR = ROOT / "assets" / "examples"
@@ -26,7 +31,12 @@ QUEUE_MAX_SIZE = 64
 HEADER = """# FOVEA Studio
 Speculative decoding for a vision-language model: a small **drafter** proposes a tree of tokens, the
 **target** verifies it in one forward pass. At each draft state the drafter retrieves a few of the image's
-visual tokens (its *fovea*) and adds a gated correction. Upload an image, ask a question, press **Run**."""
+visual tokens (its *fovea*) and adds a gated correction. Upload an image, ask a question, press **Run**.
+
+**The bundled model knows only its synthetic world.** It was trained from scratch on generated shape scenes,
+rendered text and bar charts; on photos its answers are guesses (the app warns when an upload looks unlike that
+world). Decoding is still shown faithfully. For photos, start the app with a real backbone
+(`python app.py --target <LLaVA-NeXT or Qwen2.5-VL folder> --drafter <its drafter>`)."""
 # Delegated click handler: the answer HTML re-renders on every streamed round, the root element stays.
 TOKEN_CLICK_JS = """
 element.addEventListener('click', (e) => {
@@ -68,16 +78,20 @@ def serve_in_background(demo: gr.Blocks) -> str:
 
 
 def build_demo(pipeline, concurrency_limit: int = DEFAULT_CONCURRENCY,
-               initial: FoveaConfig | None = None) -> gr.Blocks:
-    """The app over a ready pipeline; `initial` sets what the Settings controls show at load."""
+               initial: FoveaConfig | None = None, warm_up: bool = True) -> gr.Blocks:
+    """The app over a ready pipeline; `initial` sets what the Settings controls show at load.
+    `warm_up` runs every decode path once first, so the first request is timed like the rest."""
     cap = min(MAX_NEW_TOKENS_CAP, getattr(pipeline, "max_new_tokens_cap", MAX_NEW_TOKENS_CAP))
+    initial = initial or FoveaConfig()
     cb = Callbacks(pipeline, cap)
+    if warm_up:
+        log.info("warmed up %s in %.1f s", ", ".join(cb.methods), cb.warm_up(initial))
     with gr.Blocks(title="FOVEA Studio", analytics_enabled=False) as demo:
         session = gr.State(None, time_to_live=3600)   # freed an hour after the last update
-        gr.Markdown(HEADER)
+        gr.Markdown(HEADER, elem_id="fv-header")
         with gr.Row(equal_height=False):
             with gr.Column(scale=2, min_width=320):
-                inputs = _input_column(cap, initial or FoveaConfig())
+                inputs = _input_column(cap, initial)
             with gr.Column(scale=5, min_width=480):
                 c = _output_column()
         c["session"] = session
@@ -87,20 +101,34 @@ def build_demo(pipeline, concurrency_limit: int = DEFAULT_CONCURRENCY,
 
 
 def _input_column(cap: int, initial: FoveaConfig) -> dict:
-    image = gr.Image(type="filepath", label="Image", sources=["upload", "clipboard"], height=260,
-                     elem_id="fv-image")
-    question = gr.Textbox(label="Question", lines=2, max_lines=4, elem_id="fv-question",
-                          placeholder="e.g. Where is the red square?")
-    run = gr.Button("Run", variant="primary", elem_id="fv-run")
-    with gr.Row():
-        randoms = {family: gr.Button(f"Random {label}", size="sm", min_width=60,
-                                      elem_id=f"fv-random-{family}")
-                   for family, label in (("scene", "scene"), ("ocr", "text"), ("chart", "chart"))}
-    examples = load_examples()
-    if examples:
-        gr.Examples(examples=examples, inputs=[image, question], label="Examples", examples_per_page=8)
-    settings = settings_panel(cap, initial)
-    return dict(image=image, question=question, run=run, randoms=randoms, settings=settings)
+    with gr.Tabs():
+        with gr.Tab("Input", id="input"):
+            image = gr.Image(type="filepath", label="Image", sources=["upload", "clipboard"], height=260,
+                             elem_id="fv-image")
+            question = gr.Textbox(label="Question", lines=2, max_lines=4, elem_id="fv-question",
+                                  placeholder="e.g. Where is the red square?")
+            run = gr.Button("Run", variant="primary", elem_id="fv-run")
+            with gr.Row():
+                randoms = {family: gr.Button(f"Random {label}", size="sm", min_width=60,
+                                              elem_id=f"fv-random-{family}")
+                           for family, label in (("scene", "scene"), ("ocr", "text"), ("chart", "chart"))}
+            examples = load_examples()
+            if examples:
+                gr.Examples(examples=examples, inputs=[image, question], label="Examples", examples_per_page=8)
+        with gr.Tab("Settings", id="settings", elem_id="fv-settings-tab"):
+            settings = settings_panel(cap, initial)
+        with gr.Tab("Trace file", id="trace"):
+            gr.Markdown("Export the last run's full trace (JSON, schema `fovea-trace` v1, documented in "
+                        "`fovea/trace_io.py`) and its focus trajectory (animated GIF); upload a trace to view it "
+                        "without re-running.")
+            export = gr.Button("Export trace", elem_id="fv-export")
+            exported = gr.File(label="Exported files", file_count="multiple", interactive=False,
+                               elem_id="fv-exported")
+            upload = gr.File(label="Trace to view (.json)", file_types=[".json"], type="filepath",
+                             elem_id="fv-import-file")
+            view = gr.Button("View trace", variant="secondary", elem_id="fv-import")
+    return dict(image=image, question=question, run=run, randoms=randoms, settings=settings, export=export,
+                exported=exported, upload=upload, view=view)
 
 
 def _html(value: str = "", **kwargs) -> gr.HTML:
@@ -109,49 +137,62 @@ def _html(value: str = "", **kwargs) -> gr.HTML:
 
 
 def _output_column() -> dict:
-    c = {"metrics": _html(render.metrics_html(None, None), label="Metrics", elem_id="fv-metrics")}
+    c = {"ood": _html("", elem_id="fv-ood"),
+         "metrics": _html(render.metrics_html(None, None), label="Metrics", elem_id="fv-metrics")}
     _html(render.legend_html())
     c["answer"] = gr.HTML(render.answer_html([], []), label="Answer", js_on_load=TOKEN_CLICK_JS,
                           elem_id="fv-answer")
     _html('<div class="fv-label">Autoregressive baseline (same target, same question)</div>')
-    c["baseline"] = _html(render.plain_answer_html([], "runs after FOVEA finishes"), label="Baseline answer",
-                            elem_id="fv-baseline")
+    c["baseline"] = _html(render.plain_answer_html([], "runs in turn with FOVEA"), label="Baseline answer",
+                          elem_id="fv-baseline")
     with gr.Tabs():
         with gr.Tab("Focus", id="focus"):
-            with gr.Row():
-                with gr.Column(scale=1, min_width=300):
-                    c["heatmap"] = gr.Image(label="Retrieval weights over the image patches", type="pil",
-                                            format="png", interactive=False, show_label=False, height=384,
-                                            elem_id="fv-heatmap")
-                    c["scrubber"] = gr.Slider(0, 1, value=0, step=1, label="Draft state (decoding step)",
-                                              interactive=False, elem_id="fv-scrubber")
-                    with gr.Row():
-                        c["play"] = gr.Button("▶ Play", size="sm")
-                        c["pause"] = gr.Button("❚❚ Pause", size="sm")
-                with gr.Column(scale=1, min_width=300):
-                    c["caption"] = gr.Markdown("Run a request to see where the drafter looks.", label="Caption",
-                                               elem_id="fv-caption")
-                    c["tree"] = _html("", label="Draft tree", elem_id="fv-tree")
+            _focus_tab(c)
+        with gr.Tab("Where vision mattered", id="vision"):
+            c["race"] = _html(race_html([], RACE_NOTE), elem_id="fv-race")
+            c["vision"] = _html(vision_html([], str), elem_id="fv-vision")
         with gr.Tab("Focus shifts", id="shifts"):
             c["focus_plot"] = gr.Plot(plots.focus_shift_figure([]), label="Focus shifts", show_label=False,
-                                     elem_id="fv-focus-plot")
+                                      elem_id="fv-focus-plot")
             c["filmstrip"] = gr.Gallery(label="Focus along the trajectory", columns=6, object_fit="contain",
                                         format="png", elem_id="fv-filmstrip")
         with gr.Tab("Analysis", id="analysis"):
-            with gr.Row():
-                c["accept_plot"] = gr.Plot(plots.accept_length_figure([]), label="Accepted length", show_label=False)
-                c["hist_plot"] = gr.Plot(plots.accept_histogram_figure([]), label="Histogram", show_label=False)
-            c["timing_plot"] = gr.Plot(plots.timing_figure([]), label="Timing", show_label=False)
-            with gr.Row():
-                c["variant"] = gr.Dropdown(list(COMPARE_VARIANTS), value=COMPARE_VARIANTS[0], scale=3,
-                                           label="Re-run the same request with retrieval variant")
-                c["compare"] = gr.Button("Compare", scale=1)
-            c["compare_html"] = _html(render.comparison_html([]), label="Comparison table")
-            c["compare_plot"] = gr.Plot(plots.comparison_figure([]), label="Comparison", show_label=False)
-            with gr.Accordion("Figures of the last request (the API's JSON output)", open=False):
-                c["summary"] = gr.JSON(label="Figures of the last request", show_label=False)
+            _analysis_tab(c)
     c["timer"] = gr.Timer(0.8, active=False)
     return c
+
+
+def _focus_tab(c: dict) -> None:
+    with gr.Row():
+        with gr.Column(scale=1, min_width=300):
+            # buttons=[]: no toolbar over the heatmap's corner
+            c["heatmap"] = gr.Image(label="Retrieval weights over the image patches", type="pil", format="png",
+                                    interactive=False, show_label=False, height=384, buttons=[],
+                                    elem_id="fv-heatmap")
+        with gr.Column(scale=1, min_width=300):
+            c["scrubber"] = gr.Slider(0, 1, value=0, step=1, label="Draft state (decoding step)",
+                                      interactive=False, elem_id="fv-scrubber")
+            with gr.Row():
+                c["play"] = gr.Button("▶ Play", size="sm")
+                c["pause"] = gr.Button("❚❚ Pause", size="sm")
+            c["caption"] = gr.Markdown("Run a request to see where the drafter looks.", label="Caption",
+                                       elem_id="fv-caption")
+    c["tree"] = _html("", label="Draft tree", elem_id="fv-tree")
+
+
+def _analysis_tab(c: dict) -> None:
+    with gr.Row():
+        c["accept_plot"] = gr.Plot(plots.accept_length_figure([]), label="Accepted length", show_label=False)
+        c["hist_plot"] = gr.Plot(plots.accept_histogram_figure([]), label="Histogram", show_label=False)
+    c["timing_plot"] = gr.Plot(plots.timing_figure([]), label="Timing", show_label=False)
+    with gr.Row():
+        c["variant"] = gr.Dropdown(list(COMPARE_VARIANTS), value=COMPARE_VARIANTS[0], scale=3,
+                                   label="Re-run the same request with retrieval variant")
+        c["compare"] = gr.Button("Compare", scale=1)
+    c["compare_html"] = _html(render.comparison_html([]), label="Comparison table", elem_id="fv-compare")
+    c["compare_plot"] = gr.Plot(plots.comparison_figure([]), label="Comparison", show_label=False)
+    with gr.Accordion("Figures of the last request (the API's JSON output)", open=False):
+        c["summary"] = gr.JSON(label="Figures of the last request", show_label=False)
 
 
 def _wire(cb: Callbacks, i: dict, c: dict, limit: int) -> None:
@@ -178,5 +219,8 @@ def _wire(cb: Callbacks, i: dict, c: dict, limit: int) -> None:
     c["pause"].click(lambda: gr.Timer(active=False), None, c["timer"], api_name=False)
     c["timer"].tick(cb.advance, [c["scrubber"], c["session"]], [c["scrubber"], c["timer"]], api_name=False,
                     show_progress="hidden")
+    i["export"].click(cb.export_trace, [c["session"]], [i["exported"]], api_name="export_trace")
+    i["view"].click(cb.import_trace, [i["upload"], c["session"]], run_outputs, api_name="import_trace",
+                    concurrency_limit=8)
     c["compare"].click(cb.compare, [c["variant"], c["session"]], [c["compare_html"], c["compare_plot"], c["session"]],
                        api_name="compare", concurrency_id="decode", concurrency_limit=limit)

@@ -1,0 +1,61 @@
+"""Honest speedup figures: interleaved repeats of each method, summarised by their median and spread.
+
+The app runs every method (autoregressive, no-correction, FOVEA) the same way: one after another on
+one decode thread, each through the same stream, timed by its own records (consumer time
+excluded). With R repeats the order rotates each repeat (A B C, B C A, C A B, ...) so no method
+always runs first or warm. A speedup is the median over repeats of the paired ratio of tokens/s
+within a repeat; its spread is the min-max of those ratios. Pure; no gradio, no model.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+BASELINE = "autoregressive"
+
+
+def interleaved_order(methods: list[str], repeat: int) -> list[str]:
+    """The methods rotated by `repeat` places."""
+    r = repeat % len(methods) if methods else 0
+    return methods[r:] + methods[:r]
+
+
+@dataclass
+class Timings:
+    """tokens/s of each method per repeat (repeat r -> {method: tokens/s})."""
+    repeats: list[dict[str, float]] = field(default_factory=list)
+
+    def add(self, repeat: int, method: str, tokens_per_s: float) -> None:
+        while len(self.repeats) <= repeat:
+            self.repeats.append({})
+        self.repeats[repeat][method] = tokens_per_s
+
+    def ratios(self, method: str, baseline: str = BASELINE) -> list[float]:
+        return [r[method] / r[baseline] for r in self.repeats
+                if method in r and r.get(baseline, 0) > 0]
+
+    def speedup(self, method: str, baseline: str = BASELINE) -> "Speedup | None":
+        ratios = self.ratios(method, baseline)
+        return Speedup(statistics.median(ratios), min(ratios), max(ratios), len(ratios)) if ratios else None
+
+    def as_dict(self) -> dict:
+        methods = sorted({m for r in self.repeats for m in r} - {BASELINE})
+        return {"repeats": len(self.repeats), "tokens_per_s": self.repeats,
+                "speedup": {m: s.as_dict() for m in methods if (s := self.speedup(m))}}
+
+
+@dataclass(frozen=True)
+class Speedup:
+    median: float
+    low: float
+    high: float
+    n: int
+
+    def label(self) -> str:
+        """"1.42× (median of 3 interleaved runs, 1.31-1.55×)" or "1.42× (one run)"."""
+        if self.n == 1:
+            return f"{self.median:.2f}× (one run: single timings vary run to run)"
+        return f"{self.median:.2f}× (median of {self.n} interleaved runs, range {self.low:.2f}–{self.high:.2f}×)"
+
+    def as_dict(self) -> dict:
+        return {"median": round(self.median, 4), "min": round(self.low, 4), "max": round(self.high, 4), "n": self.n}

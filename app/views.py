@@ -1,0 +1,151 @@
+"""What the app's output components show, as tuples in RUN_OUTPUTS order: cleared at the start of
+a run, live while methods stream, and final from a `Session` (a fresh run or an imported trace,
+which therefore look the same). Calls the pure renderers; gradio appears only as output updates
+(`gr.skip`, `gr.Slider`).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gradio as gr
+
+from app import plots, render
+from app.focus import heatmap_overlay, step_caption, trajectory_gif
+from app.session import AUTOREGRESSIVE, FOVEA, LANE_NAMES, NO_CORRECTION, Session, to_trace_file
+from app.vision import Lane, flip_marks, race_html, token_kinds, vision_html
+from fovea.ood import WorldCheck
+from fovea.trace_io import dump_trace
+
+FILMSTRIP_FRAMES = 12
+# outputs of `run` and `import_trace`, in order; `app.ui` builds components under these names
+RUN_OUTPUTS = ("answer", "baseline", "metrics", "heatmap", "caption", "tree", "scrubber", "focus_plot",
+               "filmstrip", "accept_plot", "hist_plot", "timing_plot", "summary", "compare_html",
+               "compare_plot", "ood", "race", "vision", "session")
+FOCUS_OUTPUTS = ("heatmap", "caption", "tree")
+RACE_NOTE = ("The methods run one after another on the same decode thread (never at once, so none slows "
+             "another); each lane's bar is its own measured wall time.")
+
+
+def pack(**values) -> tuple:
+    return tuple(values[n] if n in values else gr.skip() for n in RUN_OUTPUTS)
+
+
+def ood_html(world: WorldCheck) -> str:
+    if world.in_world:
+        return ""
+    return f'<div class="fv-ood" role="alert"><b>Out of distribution.</b> {world.message}</div>'
+
+
+def lane(name: str, records: list, strings: list[str], ms: float, done: bool) -> Lane:
+    return Lane(name, strings, token_kinds(records)[:len(strings)], ms, done)
+
+
+def cleared_outputs(world: WorldCheck, n_methods: int) -> tuple:
+    """A new run starts: nothing of the previous run stays on screen."""
+    return pack(answer=render.answer_html([], []), baseline=render.plain_answer_html([], "runs in turn with FOVEA"),
+                metrics=render.metrics_html(None, None, status="decoding…"), heatmap=None,
+                caption="The focus view fills in as FOVEA decodes.", tree="",
+                scrubber=gr.Slider(minimum=0, maximum=1, value=0, step=1, interactive=False),
+                focus_plot=plots.focus_shift_figure([]), filmstrip=[], accept_plot=plots.accept_length_figure([]),
+                hist_plot=plots.accept_histogram_figure([]), timing_plot=plots.timing_figure([]), summary=None,
+                compare_html=render.comparison_html([]), compare_plot=plots.comparison_figure([]),
+                ood=ood_html(world), race=race_html([], RACE_NOTE), vision=vision_html([], str), session=None)
+
+
+def live_outputs(pipeline, img, method: str, acc, lanes: list[Lane], status: str, strings) -> tuple:
+    """Race + status always; this method's answer (FOVEA) or baseline box (autoregressive) while it
+    streams on the first repeat (acc is None otherwise)."""
+    values = dict(race=race_html(lanes, RACE_NOTE), metrics=render.metrics_html(None, None, status=status))
+    if acc is not None and method == FOVEA:
+        values["answer"] = render.answer_html(acc.rounds, strings(acc.tokens))
+        if acc.rounds and acc.rounds[-1].retrieval:
+            it = acc.rounds[-1]
+            node = 0 if 0 in it.retrieval else min(it.retrieval)
+            values["heatmap"] = heatmap_overlay(img, it.retrieval[node], pipeline.memory_grid)
+            values["tree"] = render.tree_html(it, strings(it.tokens), strings([it.bonus_token])[0])
+    elif acc is not None and method == AUTOREGRESSIVE:
+        values["baseline"] = render.plain_answer_html(strings(acc.tokens))
+    return pack(**values)
+
+
+def final_outputs(s: Session, sampling: bool = False) -> tuple:
+    f, b = render.stats_from_result(s.fovea), render.stats_from_result(s.baseline)
+    n = len(s.trajectory)
+    steps = [r.ms for r in s.baseline.iterations]
+    ar_ms = sum(steps) / len(steps) if steps else None
+    speedup = s.timings.speedup(FOVEA)
+    lanes = [lane(LANE_NAMES[m], s.runs[m].iterations, s.strings(s.runs[m].tokens), s.runs[m].wall_s * 1e3, True)
+             for m in (FOVEA, NO_CORRECTION, AUTOREGRESSIVE) if m in s.runs]
+    return pack(
+        answer=render.answer_html(s.fovea.iterations, s.strings(s.fovea.tokens), flip_marks(s.fovea.iterations), s.text),
+        baseline=render.plain_answer_html(s.strings(s.baseline.tokens)),
+        metrics=render.metrics_html(f, b, speedup, sampling=sampling),
+        scrubber=gr.Slider(minimum=0, maximum=max(1, n - 1), value=0, step=1, interactive=n > 1),
+        focus_plot=plots.focus_shift_figure(s.trajectory, locality=s.locality), filmstrip=filmstrip(s),
+        accept_plot=plots.accept_length_figure(s.fovea.iterations),
+        hist_plot=plots.accept_histogram_figure(s.fovea.iterations),
+        timing_plot=plots.timing_figure(s.fovea.iterations, ar_ms), summary=summary(s, f, b),
+        compare_html=render.comparison_html(s.comparisons), compare_plot=plots.comparison_figure(s.comparisons),
+        ood=ood_html(s.world), race=race_html(lanes, RACE_NOTE + _timing_note(s)),
+        vision=vision_html(s.fovea.iterations, s.text), session=s,
+        **dict(zip(FOCUS_OUTPUTS, focus_view(s, 0))))
+
+
+def _timing_note(s: Session) -> str:
+    n = len(s.timings.repeats)
+    return f" Lanes show the first of {n} interleaved timing runs." if n > 1 else " One timing run."
+
+
+def summary(s: Session, f: render.RunStats, b: render.RunStats) -> dict:
+    """Machine-readable figures of a request (the API's JSON output)."""
+    speedup = s.timings.speedup(FOVEA)
+    flips = [st for st in flip_marks(s.fovea.iterations)[0].values()]
+    return render.summary(f, b, question=s.question, image_sha=s.image_sha, answer=s.fovea.text,
+                          baseline_answer=s.baseline.text, focus_steps=len(s.trajectory),
+                          finish_reason=s.fovea.finish_reason, timing=s.timings.as_dict(),
+                          speedup=None if speedup is None else round(speedup.median, 3),
+                          accepted_flips=len(flips), imported=s.imported,
+                          ood={"coverage": round(s.world.coverage, 4), "in_world": s.world.in_world})
+
+
+def focus_view(s: Session, index: int) -> tuple:
+    """(heatmap, caption, tree) for trajectory step `index` of a session."""
+    grid = s.memory_grid
+    if not s.trajectory:
+        it = s.fovea.iterations[-1] if s.fovea.iterations else None
+        tree = "" if it is None else render.tree_html(it, s.strings(it.tokens), s.text(it.bonus_token))
+        return heatmap_overlay(s.image, None, grid), "No draft state read the visual memory in this run.", tree
+    index = min(max(int(index), 0), len(s.trajectory) - 1)
+    step = s.trajectory[index]
+    it = s.fovea.iterations[step.iteration]
+    strings = s.strings(it.tokens)
+    caption = step_caption(step, it, strings, index, len(s.trajectory), grid)
+    loc = s.locality[index] if index < len(s.locality) else None
+    if loc is not None and loc.overlap is not None:
+        caption += f"  \nPRR prediction: overlap **{loc.overlap:.2f}**, weighted hit rate **{loc.hit_rate:.2f}**"
+    tree = render.tree_html(it, strings, s.text(it.bonus_token), step.node)
+    return heatmap_overlay(s.image, step.retrieval, grid), caption, tree
+
+
+def filmstrip(s: Session) -> list:
+    """Small heatmaps at up to FILMSTRIP_FRAMES evenly spaced focus steps."""
+    n = len(s.trajectory)
+    picks = range(n) if n <= FILMSTRIP_FRAMES else \
+        sorted({round(i * (n - 1) / (FILMSTRIP_FRAMES - 1)) for i in range(FILMSTRIP_FRAMES)})
+    frames = []
+    for i in picks:
+        step = s.trajectory[i]
+        token = s.text(s.fovea.iterations[step.iteration].tokens[step.node]).strip() or "␣"
+        frames.append((heatmap_overlay(s.image, step.retrieval, s.memory_grid, side=160),
+                       f"{i + 1} · K={step.retrieval.k} · {token[:8]}"))
+    return frames
+
+
+def export_files(s: Session, folder: Path, image_size: int | None) -> list[str]:
+    """trace.json (schema fovea-trace) and focus.gif (the trajectory) written into `folder`."""
+    trace = folder / "fovea_trace.json"
+    trace.write_text(json.dumps(dump_trace(to_trace_file(s, image_size))))
+    gif = folder / "fovea_focus.gif"
+    trajectory_gif(s.image, s.trajectory, s.memory_grid, gif)
+    return [str(trace), str(gif)]
