@@ -104,11 +104,12 @@ def speculative_rounds(target, session: Session, cfg: FoveaConfig, clock: Clock 
         target.commit(session.target_state, len(tree.tokens), keep)
         new_tokens = [tree.tokens[a] for a in accepted] + [bonus]
         emitted = session.emit(new_tokens)
+        clock.lap("commit/target")
         if not session.done:
             session.draft.update(new_tokens, out.hidden.index_select(0, keep))
             session.root = bonus
         t3 = time.perf_counter()
-        clock.lap("commit")
+        clock.lap("commit/drafter")
         yield IterationTrace(it, tree.token_ids, tree.parent_ids, tree.depth_ids, tree.score_values,
                              tree.retrieval, accepted, None, emitted, bonus, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
                              (t3 - t2) * 1e3, session.finish, tree.mask)

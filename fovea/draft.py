@@ -123,8 +123,8 @@ def draft_tree(drafter: Drafter, state: DraftState, root_token: int, memory: Vis
         logits, got, gate = drafter.head(h, level - 1, memory, cfg.correction, cfg.retrieval, generator,
                                          clock=clock, level=level)
         if log is not None and got is not None:
-            # the uncorrected head too (one small matmul per corrected level, only when tracing)
-            log.add(front, got, gate, drafter.logits(h), logits)
+            # references only: the uncorrected head runs when the trace is read, not here
+            log.add(front, got, gate, logits, h, drafter.logits)
         top_lp, top_tok = torch.log_softmax(logits, -1).topk(k, dim=-1)        # [F, k]
         clock.lap("draft/head", level)
         width = front.shape[0] * k

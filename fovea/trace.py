@@ -56,20 +56,19 @@ class RetrievalLog(Mapping):
     level) and converted on first read. `renumber` maps the loop's node ids to the pruned tree's."""
 
     def __init__(self):
-        # per level: node ids [F], indices [F, W], weights [F, W], k [F], gate [F], then the top
-        # TOP_TOKENS (log-prob [F, T], token [F, T]) before and after the correction, or None
+        # per level: node ids [F], indices [F, W], weights [F, W], k [F], gate [F], the corrected
+        # head logits [F, V], the draft states [F, D] and the uncorrected head (or Nones)
         self._levels: list[tuple] = []
         self._order: torch.Tensor | None = None
         self._size = 0
         self._table: dict[int, NodeRetrieval] | None = None
 
-    def add(self, nodes: torch.Tensor, got, gate: torch.Tensor, before: torch.Tensor | None = None,
-            after: torch.Tensor | None = None) -> None:
-        """One tree level's corrected states; before / after: their head logits [F, V] without and
-        with the correction (kept as top-k tensors: no host sync here)."""
-        tops = tuple(None if x is None else torch.log_softmax(x.float(), -1).topk(min(TOP_TOKENS, x.shape[-1]), -1)
-                     for x in (before, after))
-        self._levels.append((nodes, got.indices, got.weights, got.k, gate, *tops))
+    def add(self, nodes: torch.Tensor, got, gate: torch.Tensor, after: torch.Tensor | None = None,
+            states: torch.Tensor | None = None, head=None) -> None:
+        """One tree level's corrected states. after: their head logits [F, V] with the correction;
+        states [F, D] and head (states -> logits): the uncorrected head, run only when read. Keeps
+        references, so tracing costs no matmul and no host sync in the draft loop."""
+        self._levels.append((nodes, got.indices, got.weights, got.k, gate, after, states, head))
 
     def renumber(self, order: torch.Tensor, size: int) -> None:
         """order [N+1]: the loop's node id of each kept node; size: node ids the loop used."""
@@ -83,7 +82,8 @@ class RetrievalLog(Mapping):
                 for new, old in enumerate(self._order.tolist()):
                     new_id[old] = new
             self._table = {}
-            for nodes, idx, w, k, gate, before, after in self._levels:
+            for nodes, idx, w, k, gate, after, states, head in self._levels:
+                before = None if states is None or head is None else _head(head, states)
                 rows = zip(nodes.tolist(), idx.tolist(), w.tolist(), k.tolist(), gate.tolist(),
                            _top_rows(before, nodes), _top_rows(after, nodes))
                 for node, row, wt, kk, g, tb, ta in rows:
@@ -101,10 +101,17 @@ class RetrievalLog(Mapping):
         return len(self._convert())
 
 
-def _top_rows(top, nodes: torch.Tensor) -> list:
-    """A topk (log-probs, ids) pair [F, T] -> per row [(token id, probability), ...]; Nones without one."""
-    if top is None:
+@torch.inference_mode()
+def _head(head, states: torch.Tensor) -> torch.Tensor:
+    """The uncorrected head on the recorded draft states (inference tensors: read in inference mode)."""
+    return head(states)
+
+
+def _top_rows(logits: torch.Tensor | None, nodes: torch.Tensor) -> list:
+    """Head logits [F, V] -> per row the TOP_TOKENS [(token id, probability), ...]; Nones without them."""
+    if logits is None:
         return [None] * nodes.shape[0]
+    top = torch.log_softmax(logits.float(), -1).topk(min(TOP_TOKENS, logits.shape[-1]), -1)
     return [list(zip(ids, probs)) for ids, probs in zip(top.indices.tolist(), top.values.exp().tolist())]
 
 

@@ -83,7 +83,8 @@ def test_retrieval_log_keeps_top_tokens_before_and_after_the_correction():
     before = torch.tensor([[0.0, 3.0, 1.0, 2.0, -1.0, -2.0, -3.0]])     # top: token 1
     after = torch.tensor([[0.0, 1.0, 1.0, 2.0, 5.0, -2.0, -3.0]])       # top: token 4
     log = RetrievalLog()
-    log.add(torch.tensor([0]), Got(), torch.tensor([0.5]), before, after)
+    # the uncorrected head is kept as (states, head) and run only when the log is read
+    log.add(torch.tensor([0]), Got(), torch.tensor([0.5]), after, torch.zeros(1, 3), lambda states: before)
     log.renumber(torch.tensor([0]), 1)
     rec = log[0]
     assert [t for t, _ in rec.top_before] == [1, 3, 2, 0, 4] and [t for t, _ in rec.top_after][0] == 4

@@ -2,7 +2,8 @@
 
 The decode loop is run with a `fovea.profile.Clock` whose laps split every round into the
 drafter's stages per tree level (drafter blocks, head, retrieval, correction, tree bookkeeping,
-final selection) and the target's verify and commit. Autoregressive decoding of the same questions
+final selection), the target's verify, and the commit (target cache surgery, then the drafter's
+cache extended with the accepted pairs). Autoregressive decoding of the same questions
 gives the per-token cost a round competes with. The tracing overhead is FOVEA's wall time with
 tracing on over tracing off, the two interleaved per question (order alternated) and repeated.
 Writes profile.json and profile.md; the numbers are measured, none are assumed.
@@ -20,7 +21,8 @@ from fovea.decoding import run
 from fovea.profile import Clock
 
 DRAFT_STAGES = ("draft/blocks", "draft/head", "draft/retrieval", "draft/correction", "draft/tree")
-ROUND_STAGES = (*DRAFT_STAGES, "draft/setup", "draft/select", "verify", "commit")
+# commit/target: the target cache keeps root + accepted path; commit/drafter: the drafter caches the new pairs
+ROUND_STAGES = (*DRAFT_STAGES, "draft/setup", "draft/select", "verify", "commit/target", "commit/drafter")
 
 
 def profile_rounds(pipe, samples, cfg: FoveaConfig, drafter: str = "fovea") -> dict:
