@@ -1,6 +1,7 @@
 """Unit tests of the app's pure pieces on hand-built trace records: renderers (answer, tree,
 metrics), focus trajectory and heatmaps, plotly figures, settings -> config, and the
 background stream. No model, no UI launched."""
+import re
 import threading
 import time
 
@@ -13,6 +14,7 @@ from app.focus import (FocusStep, colormap, focus_shifts, focus_trajectory, heat
                        step_caption, step_for_token, top_set, weight_grid)
 from app.settings import SettingsError, config_from_settings, variant_config
 from app.streaming import BackgroundStream
+from app.timing import Speedup
 from fovea.config import FoveaConfig
 from fovea.trace import Accumulator, GenerationResult, IterationTrace, NodeRetrieval, PrefillTrace, StepTrace
 
@@ -76,15 +78,15 @@ def test_display_strings_replace_empty_tokens_by_their_id():
 def test_tree_html_marks_accepted_rejected_bonus_and_retrieval(rounds):
     r0 = rounds[0]
     out = render.tree_html(r0, ["R", "A", "x", "B", "y", "z"], "BON", selected=1)
-    assert out.count('class="fv-node fv-accepted"') == 2
-    assert out.count('class="fv-node fv-rejected"') == 3
-    assert out.count("line-through") == 3
+    assert out.count('class="fv-tnode fv-accepted"') == 2 and out.count("✓ accepted") == 2
+    assert out.count('class="fv-tnode fv-rejected"') == 3 and out.count("✗ rejected") == 3
     assert "BON" in out and "fv-bonus" in out
     assert out.count("fv-badge") == 3 and "K=2 g=0.70" in out
     assert "outline:2px" in out and 'data-node="1"' in out
-    # the bonus token hangs under the last accepted node (B), not under the root
-    assert out.index("BON") > out.index(">B<")
-    assert "τ = 3" in out
+    # the bonus token continues the accepted path: the row of B (depth 2), one column right of it
+    b_row = re.search(r'data-node="3" style="grid-row:(\d+);grid-column:3;', out).group(1)
+    assert f'grid-row:{b_row};grid-column:4;background:#fbbf24' in out
+    assert "τ = 3" in out and "90%" in out                               # A: exp(-0.1) given the root
 
 
 def test_focus_trajectory_follows_the_committed_path_and_skips_baseline_steps(rounds):
@@ -159,8 +161,12 @@ def test_stats_metrics_and_speedup(result):
     assert render.speedup(fovea, base) == pytest.approx(2.0)
     assert render.speedup(fovea, render.RunStats("autoregressive", 2, 0.4, 2)) is None   # baseline not done
     out = render.metrics_html(fovea, base)
-    assert "2.00×" in out and "10.0" in out and "tokens / target forward" in out
+    assert "2.00×" in out and "10.0" in out and "tokens / target forward" in out and "one run" in out
     assert "FOVEA decoding" in render.metrics_html(render.RunStats("fovea", 1, 0.1, 1), None)
+    timed = render.metrics_html(fovea, base, Speedup(1.5, 1.2, 1.8, 3))
+    assert "<b>1.50×</b>" in timed and "median of 3 interleaved runs, range 1.20–1.80×" in timed
+    assert render.SAMPLING_NOTE in render.metrics_html(fovea, base, sampling=True)
+    assert "not its exact tokens" in render.SAMPLING_NOTE
     s = render.summary(fovea, base, question="q")
     assert s["speedup"] == 2.0 and s["fovea"]["mean_tau"] == 2.0 and s["question"] == "q"
 
@@ -173,11 +179,13 @@ def test_stats_from_records_counts_the_prefill_token_and_forward(rounds):
     assert (ar.tokens, ar.target_forwards, ar.mean_tau) == (3, 3, 1.0)
 
 
-def test_comparison_table_lists_each_variant():
-    base = render.RunStats("autoregressive", 10, 1.0, 10, done=True)
-    rows = [render.comparison_row("dense", render.RunStats("fovea", 10, 0.5, 4, [3, 3, 2], True), base)]
+def test_comparison_table_shows_the_median_and_range_or_says_one_run():
+    run = render.RunStats("fovea", 10, 0.5, 4, [3, 3, 2], True)
+    rows = [render.comparison_row("dense", run, Speedup(2.0, 1.7, 2.4, 3))]
     out = render.comparison_html(rows)
-    assert "dense" in out and "2.00×" in out
+    assert "dense" in out and "2.00× (1.70–2.40)" in out and "interleaved" in out
+    one = render.comparison_html([render.comparison_row("fixed", run, Speedup(1.1, 1.1, 1.1, 1))])
+    assert "One timed run per variant" in one and "1.10×" in one
     assert "fv-empty" in render.comparison_html([])
 
 
