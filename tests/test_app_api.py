@@ -10,12 +10,11 @@ from gradio_client.exceptions import AppError
 from PIL import Image
 
 from app.ui import build_demo, serve_in_background
+from app.views import RUN_OUTPUTS
 
-EXAMPLE = "assets/examples/scene_1.png"
+EXAMPLE = "assets/examples/scene_colour.png"
 SMALL = dict(depth=2, top_k=2, total_tokens=4)          # a small tree keeps each run ~1 s on CPU
-OUT = {name: i for i, name in enumerate(("answer", "baseline", "metrics", "heatmap", "caption", "tree", "scrubber",
-                                         "focus_plot", "filmstrip", "accept_plot", "hist_plot", "timing_plot",
-                                         "summary", "compare_html", "compare_plot"))}
+OUT = {name: i for i, name in enumerate(RUN_OUTPUTS[:-1])}             # the session (gr.State) is not sent
 
 
 
@@ -46,12 +45,16 @@ def run(client, image=EXAMPLE, question="Where is the orange triangle?", **setti
 
 
 def test_full_run_streams_rounds_then_reports_speedup(client):
-    outputs, final = run(client, max_new_tokens=12)
-    live = [o[OUT["summary"]] for o in outputs[:-1] if isinstance(o[OUT["summary"]], dict)
-            and "fovea" in o[OUT["summary"]]]
-    assert live, "no streamed update before the final one"
-    assert all(s["speedup"] is None for s in live)                  # live figures: no speedup yet
+    outputs, final = run(client, max_new_tokens=12, repeats=2)
+    live = [o[OUT["race"]] for o in outputs[:-1] if "fv-lane" in (o[OUT["race"]] or "")]
+    assert live, "no streamed race update before the final one"
+    assert outputs[0][OUT["summary"]] is None and "decoding" in outputs[0][OUT["metrics"]]   # the last run cleared
     summary = final[OUT["summary"]]
+    timing = summary["timing"]
+    assert timing["repeats"] == 2 and {"fovea", "no_correction"} <= set(timing["speedup"])
+    assert summary["speedup"] == round(timing["speedup"]["fovea"]["median"], 3)
+    assert "median of 2 interleaved runs" in final[OUT["metrics"]]
+    assert final[OUT["race"]].count('class="fv-lane"') == 3 and "corrected draft states" in final[OUT["vision"]]
     assert summary["fovea"]["done"] and summary["autoregressive"]["done"]
     assert summary["speedup"] > 0 and summary["fovea"]["tokens_per_s"] > 0
     assert summary["fovea"]["tokens"] == summary["autoregressive"]["tokens"] == 12
@@ -61,7 +64,7 @@ def test_full_run_streams_rounds_then_reports_speedup(client):
     assert "speedup over autoregressive decoding" in final[OUT["metrics"]]
     assert Image.open(final[OUT["heatmap"]]).size == (384, 384)
     assert "K = " in final[OUT["caption"]] and "gate g" in final[OUT["caption"]]
-    assert "fv-tree" in final[OUT["tree"]]
+    assert "fv-tree" in final[OUT["tree"]] and final[OUT["ood"]] == ""      # a generated scene: no warning
     assert final[OUT["scrubber"]]["maximum"] == summary["focus_steps"] - 1
     assert final[OUT["focus_plot"]]["type"] == "plotly" and final[OUT["filmstrip"]]
 
@@ -69,7 +72,7 @@ def test_full_run_streams_rounds_then_reports_speedup(client):
 def test_scrub_and_compare_use_this_users_last_run(client):
     run(client)
     heatmap, caption, tree = client.predict(2, api_name="/scrub")
-    assert re.search(r"Step 3 / \d+", caption) and Image.open(heatmap).size == (384, 384) and "fv-node" in tree
+    assert re.search(r"Step 3 / \d+", caption) and Image.open(heatmap).size == (384, 384) and "fv-tnode" in tree
     table, figure = client.predict("dense", api_name="/compare")
     assert "dense" in table and "(your run)" in table and figure["type"] == "plotly"
     table, _ = client.predict("no correction", api_name="/compare")
@@ -84,7 +87,8 @@ def test_compare_before_any_run_says_what_to_do(client):
 @pytest.mark.parametrize("family", ["scene", "ocr", "chart"])
 def test_random_example_buttons_draw_an_image_and_question(client, family):
     image, question = client.predict(api_name=f"/random_{family}")
-    assert Image.open(image).size == (128, 128) and question.strip()
+    w, h = Image.open(image).size
+    assert min(w, h) >= 64 and question.strip()                   # world v2: non-square images too
 
 
 def _bad_files(folder):
@@ -111,6 +115,7 @@ BAD_INPUTS = {
     "zero_tokens": (dict(max_new_tokens=0), "Max new tokens must be a whole number between 1 and 256"),
     "too_many_tokens": (dict(max_new_tokens=10_000), "Max new tokens must be a whole number between 1 and 256"),
     "k_min_above_k_max": (dict(k_min=40, k_max=8), "lower K_min or raise K_max"),
+    "zero_repeats": (dict(repeats=0), "Timing repeats must be a whole number between 1 and 9"),
 }
 
 
@@ -148,3 +153,51 @@ def test_odd_image_modes_and_unusual_characters_are_accepted(light_client, tmp_p
         assert final[OUT["summary"]]["image_sha"], name
     _, final = run(light_client, question="Was ist das ☃ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \u200b 日本語 🙂?", max_new_tokens=2)
     assert final[OUT["summary"]]["fovea"]["tokens"] == 2
+
+
+def test_a_photo_like_upload_gets_the_out_of_distribution_warning(light_client, tmp_path):
+    from fovea.analysis.ood import photo_like
+    path = tmp_path / "photo.png"
+    photo_like(3).save(path)                                        # a value-noise texture, non-square
+    _, final = run(light_client, image=path, max_new_tokens=2, repeats=1)
+    assert "Out of distribution" in final[OUT["ood"]] and "--target" in final[OUT["ood"]]
+    assert final[OUT["summary"]]["ood"]["in_world"] is False
+    assert "one run" in final[OUT["metrics"]]
+
+
+def test_export_then_import_reproduces_the_same_views(client):
+    _, final = run(client, max_new_tokens=8, repeats=1)
+    trace, gif = client.predict(api_name="/export_trace")
+    assert trace.endswith(".json") and Image.open(gif).format == "GIF"
+    back = client.predict(handle_file(trace), api_name="/import_trace")
+    for name in ("answer", "baseline", "caption", "tree", "race", "vision", "compare_html"):
+        assert back[OUT[name]] == final[OUT[name]], name
+    assert back[OUT["summary"]]["imported"] and back[OUT["summary"]]["answer"] == final[OUT["summary"]]["answer"]
+    heatmap, caption, tree = client.predict(1, api_name="/scrub")       # the imported run is the session now
+    assert "Step 2 /" in caption
+    with pytest.raises(AppError, match="imported trace"):
+        client.predict("dense", api_name="/compare")
+
+
+BAD_TRACES = {
+    "not_json": ("{oops", "not valid JSON"),
+    "other_json": ('{"a": 1}', "not a FOVEA trace"),
+    "future_version": ('{"schema": "fovea-trace", "version": 7}', "this app reads version 1"),
+    "damaged": ('{"schema": "fovea-trace", "version": 1, "memory_grid": [8, 8]}', "damaged"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_TRACES))
+def test_a_bad_trace_file_gets_a_clear_message(light_client, tmp_path, case):
+    text, phrase = BAD_TRACES[case]
+    path = tmp_path / "trace.json"
+    path.write_text(text)
+    with pytest.raises(AppError, match=phrase) as err:
+        light_client.predict(handle_file(str(path)), api_name="/import_trace")
+    assert "Traceback" not in str(err.value)
+
+
+def test_export_before_any_run_says_what_to_do(app_url):
+    fresh = Client(app_url, analytics_enabled=False, verbose=False, download_files=False)
+    with pytest.raises(AppError, match="Run a request"):
+        fresh.predict(api_name="/export_trace")

@@ -41,7 +41,7 @@ def test_run_scrub_click_and_screenshot(app_url, tmp_path):
         page = browser.new_page(viewport=VIEWPORT)
         errors = []
         page.on("pageerror", lambda e: errors.append(str(e)))
-        run_request(page, app_url, "assets/examples/scene_1.png", "Where is the orange triangle?")
+        run_request(page, app_url, "assets/examples/scene_colour.png", "Where is the orange triangle?")
 
         # the highlighted answer: one coloured span per token
         tokens = page.locator("#fv-answer .fv-tok")
