@@ -4,7 +4,7 @@ records to the pure renderers in `app.render`, `app.tree`, `app.vision`, `app.fo
 Per-user data lives in a `app.session.Session` carried by `gr.State`; the `Callbacks` object only
 holds the shared, read-only pipeline. Every decode, of every method and repeat, goes through
 `_stream` (one decode thread, the same streaming, records timing themselves), so the methods are
-timed the same way. Bad input becomes a `gr.Error` with the library's sentence; any other failure
+timed the same way; the headline comes from repeats during which nothing is rendered. Bad input becomes a `gr.Error` with the library's sentence; any other failure
 is logged with its traceback and shown as a short generic message.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from app.session import (AUTOREGRESSIVE, FOVEA, LANE_NAMES, NO_CORRECTION, Sessi
 from app.settings import SETTING_NAMES, SettingsError, config_from_settings, timing_repeats, variant_config
 from app.streaming import BackgroundStream
 from app.timing import Timings, interleaved_order
-from app.views import cleared_outputs, export_files, final_outputs, focus_view, lane, live_outputs
+from app.views import cleared_outputs, export_files, final_outputs, focus_view, lane, live_outputs, pack
 from fovea.config import FoveaConfig
 from fovea.data import EVAL_SEED_START
 from fovea.ood import check_world
@@ -111,14 +111,19 @@ class Callbacks:
         world = check_world(img)
         yield cleared_outputs(world, len(self.methods))
         with user_errors("decoding"):
-            timings, first = Timings(), {}
+            # 1. the live race: each method streams in turn (rendering competes with the decode thread
+            #    for the GIL, so this pass is shown, not timed)
+            first = {}
+            for method in self.methods:
+                live = self._live(img, first, method, 0, 1, world)
+                first[method] = yield from self._stream(img, q, cfg, method, live)
+                yield live(None)
+            # 2. the timed repeats, interleaved, with nothing rendered while they run
+            yield pack(metrics=render.metrics_html(None, None, status=f"timing {n_repeats} interleaved run(s)…"))
+            timings = Timings()
             for r in range(n_repeats):
                 for method in interleaved_order(self.methods, r):
-                    live = self._live(img, first, method, r, n_repeats, world)
-                    result = yield from self._stream(img, q, cfg, method, live)
-                    timings.add(r, method, result.tokens_per_s)
-                    first.setdefault(method, result)
-                    yield live(None)
+                    timings.add(r, method, _drain(self._stream(img, q, cfg, method, None)).tokens_per_s)
             session = new_session(img, q, cfg, first, timings, self.pipeline)
             yield final_outputs(session, sampling=not cfg.decoding.greedy)
 

@@ -94,7 +94,8 @@ def final_outputs(s: Session, sampling: bool = False) -> tuple:
 
 def _timing_note(s: Session) -> str:
     n = len(s.timings.repeats)
-    return f" Lanes show the first of {n} interleaved timing runs." if n > 1 else " One timing run."
+    return (f" Lanes show the live pass; the speedup is the median of {n} interleaved runs timed after it."
+            if n > 1 else " The speedup is one timed run after the live pass.")
 
 
 def summary(s: Session, f: render.RunStats, b: render.RunStats) -> dict:

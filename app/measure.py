@@ -1,0 +1,121 @@
+"""Measure the app's live speedup as a user sees it: launch `python app.py` in a subprocess, send
+the same input N times through gradio_client, and write the figures to
+assets/results/app_timing.json (issue 13's check: spread of the headline, its median against the
+bench's figure for the task family, and the first request after start against later ones).
+
+`python -m app.measure [--n 10] [--example 1] [--out ...]`. A measurement, not a test: nothing is
+asserted; the numbers are written down as they came. Run it on an otherwise idle machine.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "assets" / "results" / "app_timing.json"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 240) -> float:
+    """Seconds until the app answers HTTP (it warms up every decode path before it listens)."""
+    import urllib.request
+
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout_s:
+        if proc.poll() is not None:
+            raise RuntimeError(f"app.py exited with {proc.returncode}")
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return time.perf_counter() - t0
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError("the app did not start")
+
+
+def _bench_reference(family: str) -> dict | None:
+    path = ROOT / "assets" / "results" / "bench" / "results.json"
+    if not path.is_file():
+        return None
+    row = json.loads(path.read_text()).get("summary", {}).get(family, {}).get("fovea")
+    return None if row is None else {"family": family, "speedup_median_per_question": row["speedup_median_per_question"],
+                                     "speedup_ratio_of_medians": row["speedup_ratio_of_medians"],
+                                     "source": "assets/results/bench/results.json"}
+
+
+def measure(n: int, example: int) -> dict:
+    from gradio_client import Client, handle_file
+
+    rows = json.loads((ROOT / "assets" / "examples" / "examples.json").read_text())
+    pick = rows[example]
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/"
+    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ))
+    try:
+        start_s = _wait_ready(url, proc)
+        client = Client(url, analytics_enabled=False, verbose=False, download_files=False)
+        requests = []
+        for i in range(n):
+            t0 = time.perf_counter()
+            out = client.predict(handle_file(str(ROOT / "assets" / "examples" / pick["image"])), pick["question"],
+                                 api_name="/run")
+            summary = out[12]
+            timing = summary["timing"]
+            first_rep = timing["tokens_per_s"][0]
+            requests.append({"request": i + 1, "client_s": round(time.perf_counter() - t0, 3),
+                             "speedup_median": summary["speedup"],
+                             "speedup_range": [timing["speedup"]["fovea"]["min"], timing["speedup"]["fovea"]["max"]],
+                             "no_correction_median": timing["speedup"].get("no_correction", {}).get("median"),
+                             "first_repeat_speedup": round(first_rep["fovea"] / first_rep["autoregressive"], 4),
+                             "repeats": timing["repeats"], "tokens": summary["fovea"]["tokens"],
+                             "mean_tau": summary["fovea"]["mean_tau"], "answer": summary["answer"]})
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return _summarise(requests, pick, start_s)
+
+
+def _summarise(requests: list[dict], pick: dict, start_s: float) -> dict:
+    medians = [r["speedup_median"] for r in requests]
+    later = statistics.median(medians[1:]) if len(medians) > 1 else None
+    bench = _bench_reference(pick["family"])
+    app_median = statistics.median(medians)
+    return {"date": datetime.date.today().isoformat(), "command": "python -m app.measure",
+            "input": {k: pick[k] for k in ("image", "question", "family", "task")},
+            "settings": "the app's defaults (FoveaConfig(), Timing repeats 3)", "startup_s": round(start_s, 1),
+            "headline": {"median": round(app_median, 4), "max": max(medians), "min": min(medians),
+                         "max_over_min": round(max(medians) / min(medians), 4),
+                         "first_request": medians[0], "later_requests_median": later,
+                         "first_over_later": None if later is None else round(medians[0] / later, 4)},
+            "bench": bench,
+            "app_median_over_bench": None if bench is None else
+            round(app_median / bench["speedup_median_per_question"], 4),
+            "requests": requests}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=10)
+    p.add_argument("--example", type=int, default=1, help="index into assets/examples/examples.json")
+    p.add_argument("--out", type=Path, default=OUT)
+    args = p.parse_args(argv)
+    result = measure(args.n, args.example)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result["headline"]), result["app_median_over_bench"])
+
+
+if __name__ == "__main__":
+    main()
