@@ -51,7 +51,7 @@ def test_run_scrub_click_and_screenshot(app_url, tmp_path):
         heatmap = page.locator("#fv-heatmap img")
         assert heatmap.count() == 1 and heatmap.evaluate("img => img.naturalWidth") == 384
         assert "Step 1 /" in page.inner_text("#fv-caption")
-        assert page.locator("#fv-tree .fv-node").count() > 1
+        assert page.locator("#fv-tree .fv-tnode").count() > 1
 
         assert "Step 4 /" in scrub_by(page, 3)
         assert "Step 4 /" not in play(page)                          # the player advanced the focus view
