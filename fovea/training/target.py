@@ -17,6 +17,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
@@ -28,6 +29,7 @@ from fovea.models.bundled import (BundledModelConfig, DEFAULT_TARGET_DIR, PROMPT
 from fovea.training.common import Checkpointer, Timer, add_config_args, append_jsonl, config_from_args
 from fovea.training.packing import as_conversation, pack_batch
 
+AUX_SEED_START = 500_000_000  # the aux-only images: training seeds far from the conversations' range
 ALL_TASKS = tuple((family, task) for family, names in TASKS.items() for task in names)
 
 
@@ -43,6 +45,7 @@ class TargetTrainConfig:
     total_steps: int = 6000         # the LR schedule length; training may stop earlier on --minutes
     decay_frac: float = 0.2         # the LR decays only over the last decay_frac of total_steps
     aux_weight: float = 1.0
+    aux_images: int = 0             # extra images per step through the vision tower for the aux loss only
     mention_weight: float = 3.0
     seed: int = 0
     vocab_size: int = 1024
@@ -81,12 +84,23 @@ def forward(model, batch: dict):
     return model.lm_head(out.last_hidden_state[:, :-1]), feats.reshape(ids.shape[0], -1, feats.shape[-1])
 
 
+def image_features(model, pixels: torch.Tensor) -> torch.Tensor:
+    """Projected visual tokens [B, N, D] of a pixel batch, without the decoder."""
+    feats = model.model.get_image_features(pixel_values=pixels)
+    feats = getattr(feats, "pooler_output", feats)
+    feats = torch.stack(list(feats)) if isinstance(feats, (list, tuple)) else feats
+    return feats.reshape(pixels.shape[0], -1, feats.shape[-1])
+
+
 def train_step(model, aux, batch: dict):
     logits, feats = forward(model, batch)
     ce = F.cross_entropy(logits.flatten(0, 1), batch["labels"][:, 1:].flatten(), ignore_index=-100,
                          reduction="none")
     w = batch["weights"][:, 1:].flatten()
-    return (ce * w).sum() / w.sum(), aux(feats, batch["patch_labels"])
+    aux_loss = aux(feats, batch["patch_labels"])
+    if "aux_pixels" in batch:  # the vision tower learns from more images than the decoder reads
+        aux_loss = (aux_loss + aux(image_features(model, batch["aux_pixels"]), batch["aux_labels"])) / 2
+    return (ce * w).sum() / w.sum(), aux_loss
 
 
 @torch.no_grad()
@@ -160,8 +174,15 @@ def training_batch(step: int, cfg: TargetTrainConfig, tokenizer, model, focus: l
         rng = random.Random(f"focus/{seed}")
         family, task = rng.choice(focus) if focus and rng.random() < share else (None, None)
         convs.append(make_conversation(seed, cfg.turns, family, task))
-    return pack_batch(convs, tokenizer, prompt_format(model.config), cfg.mention_weight,
-                      image_size=model.config.vision_config.image_size)
+    size = model.config.vision_config.image_size
+    batch = pack_batch(convs, tokenizer, prompt_format(model.config), cfg.mention_weight, image_size=size)
+    if cfg.aux_images:
+        extra = [make_sample(AUX_SEED_START + seed) for seed in range(step * cfg.aux_images,
+                                                                      (step + 1) * cfg.aux_images)]
+        batch["aux_pixels"] = torch.cat([image_to_pixels(s.image, size) for s in extra])
+        batch["aux_labels"] = {k: torch.from_numpy(np.stack([s.patch_labels[k] for s in extra]).reshape(len(extra), -1))
+                               for k in extra[0].patch_labels}
+    return batch
 
 
 def parse_args(argv=None):
