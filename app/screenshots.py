@@ -27,8 +27,17 @@ def launch_browser(pw: Playwright) -> Browser:
 
 def run_request(page: Page, url: str, image: str | Path, question: str, timeout_ms: int = 180_000) -> None:
     """Open the app, upload, type, press Run, and wait for the streamed answer and the speedup."""
+    open_app(page, url)
+    ask(page, image, question, timeout_ms)
+
+
+def open_app(page: Page, url: str) -> None:
     page.goto(url)
     page.wait_for_selector("#fv-run", timeout=60_000)
+
+
+def ask(page: Page, image: str | Path, question: str, timeout_ms: int = 180_000) -> None:
+    """On an open app (Input tab): upload, type, press Run, wait for the answer and the speedup."""
     page.set_input_files("#fv-image input[type=file]", str(image))
     page.wait_for_selector("#fv-image img", timeout=30_000)
     page.fill("#fv-question textarea", question)
