@@ -11,9 +11,9 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 import torch
 
+from fovea.training.packing import as_conversation, pack_batch, pack_text
 
 
 def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
@@ -27,8 +27,6 @@ def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
 def collate_text(samples, tokenizer, max_answer_tokens: int = 96, fmt: tuple[int, str] | None = None):
     """Samples -> right-padded input ids, attention mask and answer-only labels [B, T] (single turn).
     fmt: (visual tokens, prompt order) of the target; default the bundled v2 image-first format."""
-    from fovea.training.packing import as_conversation, pack_text
-
     kwargs = {} if fmt is None else {"fmt": fmt}
     b = pack_text([as_conversation(s) for s in samples], tokenizer, max_answer_tokens=max_answer_tokens, **kwargs)
     return b["input_ids"], b["attention_mask"], b["labels"]
@@ -37,8 +35,6 @@ def collate_text(samples, tokenizer, max_answer_tokens: int = 96, fmt: tuple[int
 def collate(samples, tokenizer, max_answer_tokens: int = 96, fmt: tuple[int, str] | None = None,
             image_size: int | None = None):
     """Samples -> right-padded input ids, attention mask, answer-only labels, pixels, patch labels."""
-    from fovea.training.packing import as_conversation, pack_batch
-
     kwargs = {} if fmt is None else {"fmt": fmt}
     b = pack_batch([as_conversation(s) for s in samples], tokenizer, max_answer_tokens=max_answer_tokens,
                    image_size=image_size, **kwargs)
