@@ -63,15 +63,29 @@ def lr_wsd(step: int, cfg: TargetTrainConfig) -> float:
 
 
 class AuxHeads(torch.nn.Module):
-    """One linear classifier per patch-label kind over the projected visual tokens [B, N, D]."""
+    """One linear classifier per patch-label kind over the projected visual tokens [B, N, D].
 
-    def __init__(self, dim: int):
+    The loss averages object patches and background patches separately (background weighted
+    `background_weight`): most patches are background, and a plain mean let them drown the object
+    patches that carry shape and glyph identity (world v2, step 1,900: shape 47%, glyphs 30%)."""
+
+    def __init__(self, dim: int, background_weight: float = 0.25):
         super().__init__()
         self.heads = torch.nn.ModuleDict({k: torch.nn.Linear(dim, n) for k, n in NUM_LABELS.items()})
+        self.background_weight = background_weight
 
     def forward(self, feats: torch.Tensor, labels: dict) -> torch.Tensor:
-        losses = [F.cross_entropy(head(feats).flatten(0, 1), labels[k].flatten(), ignore_index=-100)
-                  for k, head in self.heads.items() if (labels[k] != -100).any()]
+        losses = []
+        for kind, head in self.heads.items():
+            target = labels[kind].flatten()                                    # [B*N], -100 = ignore
+            if not (target != -100).any():
+                continue
+            ce = F.cross_entropy(head(feats).flatten(0, 1), target, ignore_index=-100, reduction="none")
+            obj, bg = target > 0, target == 0
+            parts = [ce[obj].mean()] if obj.any() else []
+            if bg.any():
+                parts.append(self.background_weight * ce[bg].mean())
+            losses.append(torch.stack(parts).sum())
         return torch.stack(losses).mean()
 
 
