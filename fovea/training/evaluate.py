@@ -61,6 +61,33 @@ def probe_accuracy(target, folder: Path, n: int) -> dict | None:
     return {kind: {"accuracy": round(h / t, 3), "patches": t} for kind, (h, t) in hits.items() if t}
 
 
+@torch.no_grad()
+def step_costs(target, repeats: int = 30) -> dict:
+    """Median ms of one target decode step (1 token) and of one 16-node tree verification (a binary
+    tree of depth 4 under its tree mask) after a held-out prompt's prefill, and their ratio: the
+    issue's size rule is verify(16) <= 1.5 x step(1) on 2 CPU cores."""
+    import statistics
+
+    from fovea.data import eval_seeds, make_sample
+
+    s = make_sample(eval_seeds(1)[0], "scene", "describe")
+    from fovea.tree import build_tree_buffers
+
+    buffers = build_tree_buffers([-1] + [(i - 1) // 2 for i in range(1, 16)])   # a binary tree, depth 3
+    depths, mask = buffers.depths, buffers.mask
+    times: dict[str, list[float]] = {"step_1": [], "verify_16": []}
+    for r in range(repeats + 3):                                       # 3 warm-up repeats
+        for name, n in (("step_1", 1), ("verify_16", 16)):
+            state, _ = target.prefill(target.prepare(s.image, s.question))
+            t0 = time.perf_counter()
+            target.forward(state, torch.full((n,), 5), depths[:n], mask[:n, :n] if n > 1 else None)
+            if r >= 3:
+                times[name].append((time.perf_counter() - t0) * 1000)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"step_1_ms": round(med["step_1"], 2), "verify_16_ms": round(med["verify_16"], 2),
+            "ratio": round(med["verify_16"] / med["step_1"], 2), "repeats": repeats}
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m fovea.train evaluate", description=__doc__)
     p.add_argument("--target", type=Path, default=DEFAULT_TARGET_DIR)
@@ -80,13 +107,14 @@ def main(argv=None) -> None:
                               details=rows)
         details += [{"split": split, **r} for r in rows]
     report = {"date": time.strftime("%Y-%m-%d"), "target": str(args.target), "n_per_task": args.n,
-              "accuracy": acc, **bar_report(acc),
+              "accuracy": acc, **bar_report(acc), "step_costs": step_costs(target),
               "visual_probe_object_patches": probe_accuracy(target, args.target, max(4, args.n // 2)),
               "minutes": round((time.time() - t0) / 60, 2), "threads": torch.get_num_threads()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
     args.out.with_name(args.out.stem + "_answers.jsonl").write_text("".join(json.dumps(r) + "\n" for r in details))
-    print(json.dumps({k: report[k] for k in ("accuracy", "meets_bar", "misses", "visual_probe_object_patches")},
+    print(json.dumps({k: report[k] for k in ("accuracy", "meets_bar", "misses", "visual_probe_object_patches",
+                                             "step_costs")},
                      indent=2))
 
 
