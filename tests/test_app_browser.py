@@ -285,9 +285,16 @@ def test_the_ood_warning_shows_for_a_photo_and_not_for_a_generated_scene(scene_r
     assert "Out of distribution" in text and "synthetic world" in text and "--target" in text
 
 
+# A DOM serialisation with each element's attributes sorted: the browser keeps attributes in the order
+# they were set, which may differ between a streamed render and an imported one for the same view.
+_CANONICAL = """e => { const walk = n => n.nodeType === 3 ? n.textContent : n.nodeType !== 1 ? '' :
+  '<' + n.tagName + [...n.attributes].map(a => ' ' + a.name + '=' + JSON.stringify(a.value)).sort().join('') + '>'
+  + [...n.childNodes].map(walk).join('') + '</' + n.tagName + '>'; return walk(e); }"""
+
+
 def _views(page) -> dict:
-    return {"answer": page.locator("#fv-answer .fv-answer").evaluate("e => e.outerHTML"),
-            "tree": page.locator("#fv-tree .fv-tree").evaluate("e => e.outerHTML"),
+    return {"answer": page.locator("#fv-answer .fv-answer").evaluate(_CANONICAL),
+            "tree": page.locator("#fv-tree .fv-tree").evaluate(_CANONICAL),
             "caption": page.inner_text("#fv-caption"),
             "heatmap": image_pixels(page, "#fv-heatmap img")}
 
