@@ -99,3 +99,14 @@ def test_packed_batch_weights_mention_tokens_and_labels_only_answers():
     assert conv.turns[0][1].mentions and any(
         conv.turns[0][1].answer[m.start:m.end] in mention_text for m in conv.turns[0][1].mentions)
     assert b["pixel_values"].shape == (1, 3, 192, 192) and b["patch_labels"]["colour"].shape == (1, 144)
+
+
+def test_wsd_schedule_stays_flat_until_the_decay_and_rewarms_after_init_from():
+    from fovea.training.target import TargetTrainConfig, lr_wsd
+
+    cfg = TargetTrainConfig(lr=1e-3, warmup=10, total_steps=100, decay_frac=0.2)
+    assert lr_wsd(0, cfg) == pytest.approx(1e-4) and lr_wsd(9, cfg) == pytest.approx(1e-3)
+    assert all(lr_wsd(s, cfg) == pytest.approx(1e-3) for s in range(10, 81))      # no decay before step 80
+    assert lr_wsd(99, cfg) < 1.1e-4 and lr_wsd(90, cfg) < lr_wsd(85, cfg)
+    # continuing an export (fresh optimiser) warms up again from the step it was exported at
+    assert lr_wsd(50, cfg, warm_start=50) == pytest.approx(1e-4) and lr_wsd(59, cfg, warm_start=50) == pytest.approx(1e-3)

@@ -51,10 +51,12 @@ class TargetTrainConfig:
     vocab_size: int = 1024
 
 
-def lr_wsd(step: int, cfg: TargetTrainConfig) -> float:
-    """Warmup-stable-decay: linear warm-up, flat at the peak, cosine to 10% over the last decay_frac."""
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
+def lr_wsd(step: int, cfg: TargetTrainConfig, warm_start: int = 0) -> float:
+    """Warmup-stable-decay: linear warm-up from `warm_start` (0, or the step an --init-from export
+    was at, since its optimiser state starts fresh), flat at the peak, cosine to 10% over the last
+    decay_frac of total_steps."""
+    if step - warm_start < cfg.warmup:
+        return cfg.lr * (step - warm_start + 1) / cfg.warmup
     start = cfg.total_steps * (1 - cfg.decay_frac)
     if step < start:
         return cfg.lr
@@ -250,9 +252,10 @@ def main(argv=None) -> None:
     params = list(model.parameters()) + list(aux.parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     ckpt = Checkpointer(run)
-    step, _ = ckpt.load({"model": model, "aux": aux, "opt": opt})
+    step, extra = ckpt.load({"model": model, "aux": aux, "opt": opt})
+    warm = {"warm_start": extra.get("warm_start", 0)}
     if step == 0 and args.init_from:
-        step = init_from_export(model, aux, args.init_from)
+        step = warm["warm_start"] = init_from_export(model, aux, args.init_from)
     model.to(device), aux.to(device)
     save_config_json(run, "train_config.json", cfg)
     # bf16 autocast only where the hardware has it: on AVX2-only CPUs it runs ~24x slower (NOTES)
@@ -262,7 +265,7 @@ def main(argv=None) -> None:
     while step < cfg.total_steps and timer.minutes() < args.minutes and not stop:
         batch = to_device(training_batch(step, cfg, tokenizer, model, focus, args.focus_share), device)
         for g in opt.param_groups:
-            g["lr"] = lr_wsd(step, cfg)
+            g["lr"] = lr_wsd(step, cfg, warm["warm_start"])
         with autocast:
             lm, aux_loss = train_step(model, aux, batch)
         opt.zero_grad(set_to_none=True)
@@ -273,9 +276,10 @@ def main(argv=None) -> None:
         bar.update(1)
         bar.set_postfix(lm=f"{lm.item():.3f}", aux=f"{aux_loss.item():.3f}")
         append_jsonl(run / "log.jsonl", {"step": step, "lm": round(lm.item(), 4), "aux": round(aux_loss.item(), 4),
-                                         "lr": lr_wsd(step - 1, cfg), "minutes": round(timer.minutes(), 2)})
+                                         "lr": lr_wsd(step - 1, cfg, warm["warm_start"]),
+                                         "minutes": round(timer.minutes(), 2)})
         if step % args.save_every == 0:
-            ckpt.save(step, {"model": model, "aux": aux, "opt": opt})
+            ckpt.save(step, {"model": model, "aux": aux, "opt": opt}, warm)
         if step % args.probe_every == 0:
             append_jsonl(run / "curves.jsonl", {"step": step, "minutes": round(timer.minutes(), 2),
                                                 **probe(model, aux, tokenizer)})
@@ -283,7 +287,7 @@ def main(argv=None) -> None:
             acc = evaluate(model, tokenizer, n_per_task=args.eval_n)
             append_jsonl(run / "eval.jsonl", {"step": step, **acc})
             tqdm.write(f"step {step}: {acc}")
-    ckpt.save(step, {"model": model, "aux": aux, "opt": opt})
+    ckpt.save(step, {"model": model, "aux": aux, "opt": opt}, warm)
     export(model.cpu().float(), tokenizer, args.out, cfg, step, aux.cpu().float(), run)
 
 
@@ -341,6 +345,9 @@ def init_from_export(model, aux: AuxHeads, folder: Path) -> int:
     from transformers import LlavaForConditionalGeneration
 
     exported = LlavaForConditionalGeneration.from_pretrained(str(folder), dtype=torch.float32)
+    if prompt_format(exported.config) != prompt_format(model.config):
+        raise SystemExit(f"{folder} was trained with prompt format {prompt_format(exported.config)}, this run "
+                         f"builds {prompt_format(model.config)}; pass the same --prompt-order and --preset")
     model.load_state_dict(exported.state_dict())
     if (folder / "aux_heads.safetensors").exists():
         aux.load_state_dict({k: v.float() for k, v in load_file(str(folder / "aux_heads.safetensors")).items()})
