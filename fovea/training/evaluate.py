@@ -69,11 +69,10 @@ def step_costs(target, repeats: int = 30) -> dict:
     import statistics
 
     from fovea.data import eval_seeds, make_sample
-
-    s = make_sample(eval_seeds(1)[0], "scene", "describe")
     from fovea.tree import build_tree_buffers
 
-    buffers = build_tree_buffers([-1] + [(i - 1) // 2 for i in range(1, 16)])   # a binary tree, depth 3
+    s = make_sample(eval_seeds(1)[0], "scene", "describe")
+    buffers = build_tree_buffers([-1] + [(i - 1) // 2 for i in range(1, 16)])   # a binary tree, depths 0-4
     depths, mask = buffers.depths, buffers.mask
     times: dict[str, list[float]] = {"step_1": [], "verify_16": []}
     for r in range(repeats + 3):                                       # 3 warm-up repeats
