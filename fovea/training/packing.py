@@ -13,11 +13,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fovea.data import Conversation, Sample
+from fovea.data import IGNORE, Conversation, Sample
 from fovea.data.text import QA
 from fovea.models.bundled import NUM_IMAGE_TOKENS, PROMPT_TEMPLATE, image_to_pixels, prompt_parts
 
-IGNORE = -100
 
 
 def as_conversation(sample: Sample) -> Conversation:
@@ -77,6 +76,11 @@ def pack_batch(convs: list[Conversation], tokenizer, fmt: tuple[int, str] = (NUM
     batch = pack_text(convs, tokenizer, fmt, mention_weight, max_answer_tokens)
     kwargs = {} if image_size is None else {"size": image_size}
     batch["pixel_values"] = torch.cat([image_to_pixels(c.image, **kwargs) for c in convs])
-    batch["patch_labels"] = {k: torch.from_numpy(np.stack([c.patch_labels[k] for c in convs]).reshape(len(convs), -1))
-                             for k in convs[0].patch_labels}
+    batch["patch_labels"] = patch_label_batch(convs)
     return batch
+
+
+def patch_label_batch(records) -> dict[str, torch.Tensor]:
+    """{kind: [B, GRID*GRID] long} from samples or conversations (their `patch_labels` grids)."""
+    return {k: torch.from_numpy(np.stack([r.patch_labels[k] for r in records]).reshape(len(records), -1))
+            for k in records[0].patch_labels}

@@ -17,7 +17,6 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
@@ -27,7 +26,7 @@ from fovea.models.bundled import (BundledModelConfig, DEFAULT_TARGET_DIR, PROMPT
                                   encode_prompt, image_to_pixels, load_tokenizer, prompt_format, save_config_json,
                                   train_tokenizer)
 from fovea.training.common import Checkpointer, Timer, add_config_args, append_jsonl, config_from_args
-from fovea.training.packing import as_conversation, pack_batch
+from fovea.training.packing import as_conversation, pack_batch, patch_label_batch
 
 AUX_SEED_START = 500_000_000  # the aux-only images: training seeds far from the conversations' range
 ALL_TASKS = tuple((family, task) for family, names in TASKS.items() for task in names)
@@ -196,8 +195,7 @@ def training_batch(step: int, cfg: TargetTrainConfig, tokenizer, model, focus: l
         extra = [make_sample(AUX_SEED_START + seed) for seed in range(step * cfg.aux_images,
                                                                       (step + 1) * cfg.aux_images)]
         batch["aux_pixels"] = torch.cat([image_to_pixels(s.image, size) for s in extra])
-        batch["aux_labels"] = {k: torch.from_numpy(np.stack([s.patch_labels[k] for s in extra]).reshape(len(extra), -1))
-                               for k in extra[0].patch_labels}
+        batch["aux_labels"] = patch_label_batch(extra)
     return batch
 
 
