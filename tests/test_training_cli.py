@@ -71,10 +71,18 @@ def test_target_command_trains_packs_turns_and_exports_a_loadable_target(tmp_pat
 
     run, out = tmp_path / "run", tmp_path / "out"
     main(["--preset", "tiny", "--run-dir", str(run), "--out", str(out), "--total-steps", "2", "--batch-size", "2",
-          "--turns", "3", "--probe-every", "2", "--eval-every", "100", "--prompt-order", "question_first"])
+          "--turns", "3", "--probe-every", "2", "--eval-every", "100", "--prompt-order", "question_first",
+          "--ground-weight", "0.5", "--ground-layers", "1", "--aux-images", "2", "--aux-families", "ocr", "chart",
+          "--char-weight", "2"])
     curves = [json.loads(line) for line in (run / "curves.jsonl").read_text().splitlines()]
     assert curves[-1]["step"] == 2 and "scene/colour" in curves[-1] and "probe/colour" in curves[-1]
+    assert 0.0 <= curves[-1]["ground/layer1"] <= 1.0                  # attention mass on the named object
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert all(r["ground"] > 0 for r in log)
+    config = json.loads((out / "train_config.json").read_text())
+    assert config["aux_families"] == ["ocr", "chart"] and config["ground_layers"] == [1]
     target = load_target(out)
+    assert target.model.config._attn_implementation == "sdpa"         # eager only while training
     assert target.prompt_order == "question_first" and target.memory_grid == (12, 12)
     assert target.num_image_tokens == 144
     ids = target.prepare(make_sample(0).image, "What colour is the star?").input_ids[0].tolist()
@@ -82,6 +90,10 @@ def test_target_command_trains_packs_turns_and_exports_a_loadable_target(tmp_pat
     assert ids.count(image_id) == 144 and ids.index(image_id) > 3     # the question comes first
     with pytest.raises(SystemExit):
         main(["--preset", "tiny", "--run-dir", str(run), "--prompt-order", "sideways"])
+    with pytest.raises(SystemExit, match="layers 0-1"):
+        main(["--preset", "tiny", "--run-dir", str(tmp_path / "r2"), "--ground-weight", "1", "--ground-layers", "3"])
+    with pytest.raises(SystemExit, match="aux-families"):
+        main(["--preset", "tiny", "--run-dir", str(tmp_path / "r3"), "--aux-families", "poetry"])
 
 
 def test_packed_batch_weights_mention_tokens_and_labels_only_answers():
@@ -110,3 +122,43 @@ def test_wsd_schedule_stays_flat_until_the_decay_and_rewarms_after_init_from():
     assert lr_wsd(99, cfg) < 1.1e-4 and lr_wsd(90, cfg) < lr_wsd(85, cfg)
     # continuing an export (fresh optimiser) warms up again from the step it was exported at
     assert lr_wsd(50, cfg, warm_start=50) == pytest.approx(1e-4) and lr_wsd(59, cfg, warm_start=50) == pytest.approx(1e-3)
+
+
+def test_grounding_targets_point_each_mention_predicting_state_at_its_object():
+    from fovea.data import make_sample
+    from fovea.training.packing import as_conversation, pack_batch
+
+    tok = load_tokenizer(DEFAULT_TARGET_DIR)
+    s = make_sample(7, "scene", "colour")
+    b = pack_batch([as_conversation(s)], tok, (144, "question_first"), mention_weight=3.0)
+    ids, ground, w = b["input_ids"][0], b["ground"][0], b["weights"][0]
+    queries = (ground >= 0).nonzero().flatten()
+    # the state at t predicts token t+1; exactly the mention tokens (weight 3) are named by a query
+    assert sorted((queries + 1).tolist()) == (w == 3.0).nonzero().flatten().tolist()
+    named = {s.answer[m.start:m.end]: m.obj for m in s.mentions}
+    colour_obj = named[s.short_answer]
+    colour_pos = next(t for t in queries.tolist() if tok.decode(ids[t + 1]).strip() == s.short_answer)
+    assert ground[colour_pos] == colour_obj
+    patches = b["object_patches"][0]
+    assert patches.shape == (len(s.objects), 144) and patches.sum(-1).min() >= 1
+    # the named object's patches are where its colour label says it is
+    colour_ids = b["patch_labels"]["colour"][0]
+    assert (colour_ids[patches[colour_obj]] > 0).float().mean() > 0.8
+
+
+def test_grounding_loss_is_low_when_the_best_head_looks_at_the_object():
+    import torch
+
+    from fovea.training.target import grounding_loss
+
+    B, H, T, N = 1, 2, 8, 4
+    ids = torch.tensor([[1, 9, 9, 9, 9, 5, 6, 7]])                   # image token id 9 at positions 1-4
+    batch = {"input_ids": ids, "ground": torch.tensor([[-1, -1, -1, -1, -1, 0, -1, -1]]),
+             "object_patches": torch.tensor([[[False, False, True, True]]])}
+    attn = torch.full((B, H, T, T), 1.0 / T)
+    focused = attn.clone()
+    focused[0, 1, 5] = 0.0
+    focused[0, 1, 5, 3:5] = 0.5                                      # head 1 puts all its mass on the object
+    diffuse = grounding_loss((attn,), batch, 9, [0])
+    assert float(diffuse) == pytest.approx(-torch.log(torch.tensor(2.0 / T)).item(), rel=1e-5)
+    assert float(grounding_loss((focused,), batch, 9, [0])) == pytest.approx(0.0, abs=1e-6)

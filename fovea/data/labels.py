@@ -58,6 +58,11 @@ def box_mask(box: tuple[int, int, int, int]) -> np.ndarray:
     return mask
 
 
+def patch_cover(mask: np.ndarray) -> np.ndarray:
+    """float32 [GRID, GRID]: how many pixels of a bool [IMAGE_SIZE, IMAGE_SIZE] mask fall in each patch."""
+    return _POOL @ mask.astype(np.float32) @ _POOL.T
+
+
 def vote(regions: list[Region]) -> np.ndarray:
     """int64 [GRID, GRID] label of each patch from non-overlapping regions."""
     if not regions:

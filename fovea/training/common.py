@@ -44,12 +44,16 @@ def collate(samples, tokenizer, max_answer_tokens: int = 96, fmt: tuple[int, str
 def add_config_args(parser, config_cls) -> None:
     """One `--field-name` option per field of a frozen config dataclass, its default as default."""
     for f, v in asdict(config_cls()).items():
-        parser.add_argument("--" + f.replace("_", "-"), type=type(v), default=v)
+        if isinstance(v, tuple):  # e.g. --ground-layers 2 3
+            parser.add_argument("--" + f.replace("_", "-"), type=type(v[0]) if v else str, nargs="*", default=v)
+        else:
+            parser.add_argument("--" + f.replace("_", "-"), type=type(v), default=v)
 
 
 def config_from_args(args, config_cls):
     """The config dataclass from the options `add_config_args` added."""
-    return config_cls(**{f: getattr(args, f) for f in asdict(config_cls())})
+    return config_cls(**{f: tuple(getattr(args, f)) if isinstance(v, tuple) else getattr(args, f)
+                         for f, v in asdict(config_cls()).items()})
 
 
 class Checkpointer:

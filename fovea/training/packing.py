@@ -14,6 +14,8 @@ import numpy as np
 import torch
 
 from fovea.data import IGNORE, Conversation, Sample
+from fovea.data.labels import MIN_COVER, patch_cover
+from fovea.data.sample import GRID
 from fovea.data.text import QA
 from fovea.models.bundled import NUM_IMAGE_TOKENS, PROMPT_TEMPLATE, image_to_pixels, prompt_parts
 
@@ -26,58 +28,86 @@ def as_conversation(sample: Sample) -> Conversation:
                         sample.split)
 
 
-def answer_tokens(tokenizer, qa: QA, max_tokens: int) -> tuple[list[int], list[bool]]:
-    """Token ids of ' ' + answer (cut to max_tokens) + EOS, and per token whether it overlaps a mention."""
+def answer_tokens(tokenizer, qa: QA, max_tokens: int) -> tuple[list[int], list[int]]:
+    """Token ids of ' ' + answer (cut to max_tokens) + EOS, and per token the index of the object
+    whose mention it overlaps (-1: not inside a mention)."""
     enc = tokenizer(" " + qa.answer, add_special_tokens=False, return_offsets_mapping=True)
     ids, spans = enc["input_ids"][:max_tokens], enc["offset_mapping"][:max_tokens]
     # offsets count the leading space: mention m covers characters [m.start + 1, m.end + 1)
-    hit = [any(a < m.end + 1 and b > m.start + 1 for m in qa.mentions) for a, b in spans]
-    return ids + [tokenizer.eos_token_id], hit + [False]
+    obj = [next((m.obj for m in qa.mentions if a < m.end + 1 and b > m.start + 1), -1) for a, b in spans]
+    return ids + [tokenizer.eos_token_id], obj + [-1]
 
 
 def sequence(tokenizer, conv: Conversation, fmt: tuple[int, str], max_answer_tokens: int = 96):
-    """(ids, labels, mention flags) of one packed conversation; labels IGNORE off the answers."""
+    """(ids, labels, mentioned object per token) of one packed conversation; labels IGNORE off the
+    answers, object -1 off the mentions."""
     n_image, order = fmt
-    ids, labels, flags = [], [], []
+    ids, labels, objs = [], [], []
     for turn, (_, qa) in enumerate(conv.turns):
         if turn == 0:
             prompt = prompt_parts(tokenizer, qa.question, n_image, order)[0]
         else:
             prompt = tokenizer(PROMPT_TEMPLATE.format(question=qa.question), add_special_tokens=False)["input_ids"]
-        answer, hit = answer_tokens(tokenizer, qa, max_answer_tokens)
+        answer, obj = answer_tokens(tokenizer, qa, max_answer_tokens)
         ids += prompt + answer
         labels += [IGNORE] * len(prompt) + answer
-        flags += [False] * len(prompt) + hit
-    return ids, labels, flags
+        objs += [-1] * len(prompt) + obj
+    return ids, labels, objs
 
 
 def pack_text(convs: list[Conversation], tokenizer, fmt: tuple[int, str] = (NUM_IMAGE_TOKENS, "image_first"),
               mention_weight: float = 1.0, max_answer_tokens: int = 96) -> dict:
     """Right-padded input_ids, attention_mask, labels [B, T] and weights [B, T] (mention_weight on
-    mention tokens, 1 on other answer tokens, 0 elsewhere)."""
+    mention tokens, 1 on other answer tokens, 0 elsewhere), and `ground` [B, T]: at position t, the
+    object that token t+1 mentions (-1 for none), i.e. the object the state predicting it should look at."""
     rows = [sequence(tokenizer, c, fmt, max_answer_tokens) for c in convs]
     width = max(len(r[0]) for r in rows)
     ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
     lab = torch.full((len(rows), width), IGNORE, dtype=torch.long)
     att = torch.zeros((len(rows), width), dtype=torch.long)
     weights = torch.zeros((len(rows), width))
-    for i, (r, l, f) in enumerate(rows):
+    ground = torch.full((len(rows), width), -1, dtype=torch.long)
+    for i, (r, l, o) in enumerate(rows):
         ids[i, : len(r)] = torch.tensor(r)
         lab[i, : len(l)] = torch.tensor(l)
         att[i, : len(r)] = 1
         on = torch.tensor([x != IGNORE for x in l])
-        weights[i, : len(l)] = torch.where(torch.tensor(f), mention_weight, 1.0) * on
-    return {"input_ids": ids, "attention_mask": att, "labels": lab, "weights": weights}
+        obj = torch.tensor(o)
+        weights[i, : len(l)] = torch.where(obj >= 0, mention_weight, 1.0) * on
+        ground[i, : len(o) - 1] = torch.where(on[1:], obj[1:], -1)
+    return {"input_ids": ids, "attention_mask": att, "labels": lab, "weights": weights, "ground": ground}
 
 
 def pack_batch(convs: list[Conversation], tokenizer, fmt: tuple[int, str] = (NUM_IMAGE_TOKENS, "image_first"),
                mention_weight: float = 1.0, max_answer_tokens: int = 96, image_size: int | None = None) -> dict:
-    """pack_text plus pixel_values [B, 3, S, S] and the per-patch labels {kind: [B, N]}."""
+    """pack_text plus pixel_values [B, 3, S, S], the per-patch labels {kind: [B, N]} and
+    object_patches [B, O, N] (bool: which patches each object covers; `ground` indexes O)."""
     batch = pack_text(convs, tokenizer, fmt, mention_weight, max_answer_tokens)
     kwargs = {} if image_size is None else {"size": image_size}
     batch["pixel_values"] = torch.cat([image_to_pixels(c.image, **kwargs) for c in convs])
     batch["patch_labels"] = patch_label_batch(convs)
+    batch["object_patches"] = object_patch_batch(convs)
     return batch
+
+
+def object_patches(mask: np.ndarray) -> np.ndarray:
+    """bool [GRID*GRID]: the patches an object's canvas mask covers by at least MIN_COVER pixels, or
+    its best-covered patch when none does (a thin glyph stroke still has one entry)."""
+    cover = patch_cover(mask)
+    out = cover >= MIN_COVER
+    if not out.any() and cover.max() > 0:
+        out = cover == cover.max()
+    return out.reshape(-1)
+
+
+def object_patch_batch(records) -> torch.Tensor:
+    """bool [B, O, GRID*GRID] over samples or conversations, O = the most objects in one record."""
+    width = max(1, max(len(r.objects) for r in records))
+    out = np.zeros((len(records), width, GRID * GRID), dtype=bool)
+    for i, r in enumerate(records):
+        for j, obj in enumerate(r.objects):
+            out[i, j] = object_patches(obj.mask)
+    return torch.from_numpy(out)
 
 
 def patch_label_batch(records) -> dict[str, torch.Tensor]:

@@ -45,7 +45,11 @@ class TargetTrainConfig:
     decay_frac: float = 0.2         # the LR decays only over the last decay_frac of total_steps
     aux_weight: float = 1.0
     aux_images: int = 0             # extra images per step through the vision tower for the aux loss only
+    aux_families: tuple = ("scene", "ocr", "chart")  # families the aux-only images are drawn from, in turn
+    char_weight: float = 1.0        # weight of the glyph head in the aux loss (glyphs are the slowest kind)
     mention_weight: float = 3.0
+    ground_weight: float = 0.0      # attention supervision: mention-predicting states look at the named object
+    ground_layers: tuple = (2, 3)   # decoder layers whose best head is supervised
     seed: int = 0
     vocab_size: int = 1024
 
@@ -70,10 +74,11 @@ class AuxHeads(torch.nn.Module):
     `background_weight`): most patches are background, and a plain mean let them drown the object
     patches that carry shape and glyph identity (world v2, step 1,900: shape 47%, glyphs 30%)."""
 
-    def __init__(self, dim: int, background_weight: float = 0.25):
+    def __init__(self, dim: int, background_weight: float = 0.25, weights: dict | None = None):
         super().__init__()
         self.heads = torch.nn.ModuleDict({k: torch.nn.Linear(dim, n) for k, n in NUM_LABELS.items()})
         self.background_weight = background_weight
+        self.weights = weights or {}  # per kind, default 1
 
     def forward(self, feats: torch.Tensor, labels: dict) -> torch.Tensor:
         losses = []
@@ -86,17 +91,53 @@ class AuxHeads(torch.nn.Module):
             parts = [ce[obj].mean()] if obj.any() else []
             if bg.any():
                 parts.append(self.background_weight * ce[bg].mean())
-            losses.append(torch.stack(parts).sum())
+            losses.append(self.weights.get(kind, 1.0) * torch.stack(parts).sum())
         return torch.stack(losses).mean()
 
 
-def forward(model, batch: dict):
-    """(logits [B, T-1, V] predicting labels[:, 1:], projected visual tokens [B, N, D])."""
+def forward(model, batch: dict, attentions: bool = False):
+    """(logits [B, T-1, V] predicting labels[:, 1:], projected visual tokens [B, N, D]), plus, when
+    `attentions`, the per-layer attention probabilities [B, H, T, T] (needs eager attention) and the
+    per-layer hidden states [B, T, D] (index 0 = the embeddings)."""
     ids = batch["input_ids"]
-    out = model.model(input_ids=ids, attention_mask=batch["attention_mask"], pixel_values=batch["pixel_values"])
+    out = model.model(input_ids=ids, attention_mask=batch["attention_mask"], pixel_values=batch["pixel_values"],
+                      output_attentions=attentions, output_hidden_states=attentions)
     feats = out.image_hidden_states                                   # per image [N, D], or [B*N, D]
     feats = torch.stack(list(feats)) if isinstance(feats, (list, tuple)) else feats
-    return model.lm_head(out.last_hidden_state[:, :-1]), feats.reshape(ids.shape[0], -1, feats.shape[-1])
+    result = model.lm_head(out.last_hidden_state[:, :-1]), feats.reshape(ids.shape[0], -1, feats.shape[-1])
+    return (*result, out.attentions, out.hidden_states) if attentions else result
+
+
+def image_states(hidden: torch.Tensor, ids: torch.Tensor, image_token_id: int) -> torch.Tensor:
+    """[B, N, D]: a decoder layer's hidden states at the image-token positions, in patch order."""
+    pos = (ids == image_token_id).nonzero(as_tuple=True)[1].view(ids.shape[0], -1)
+    return hidden.gather(1, pos[..., None].expand(-1, -1, hidden.shape[-1]))
+
+
+def grounding_mass(attn: tuple, batch: dict, image_token_id: int, layers) -> torch.Tensor:
+    """[M] per mention-predicting state: the attention mass on the named object's patches, taking
+    the best head of each layer in `layers` and averaging the layers.
+
+    `batch["ground"]` [B, T] names, per query position, the object the next token mentions (-1: none);
+    `batch["object_patches"]` [B, O, N] says which image tokens each object covers."""
+    ground = batch["ground"]
+    b, t = (ground >= 0).nonzero(as_tuple=True)
+    ids = batch["input_ids"]
+    image_pos = (ids == image_token_id).nonzero(as_tuple=True)[1].view(ids.shape[0], -1)  # [B, N]
+    target = batch["object_patches"][b, ground[b, t]].float()                            # [M, N]
+    masses = []
+    for layer in layers:
+        rows = attn[layer][b, :, t, :]                                                    # [M, H, T]
+        keys = image_pos[b][:, None, :].expand(-1, rows.shape[1], -1)
+        on_image = rows.gather(2, keys)                                                   # [M, H, N]
+        masses.append((on_image * target[:, None, :]).sum(-1).amax(-1))                 # best head
+    return torch.stack(masses).mean(0)
+
+
+def grounding_loss(attn: tuple, batch: dict, image_token_id: int, layers) -> torch.Tensor:
+    """Mean -log grounding_mass: pulls one head per supervised layer onto the object the next token names."""
+    mass = grounding_mass(attn, batch, image_token_id, layers)
+    return -mass.clamp_min(1e-6).log().mean() if mass.numel() else attn[0].sum() * 0.0
 
 
 def image_features(model, pixels: torch.Tensor) -> torch.Tensor:
@@ -107,15 +148,26 @@ def image_features(model, pixels: torch.Tensor) -> torch.Tensor:
     return feats.reshape(pixels.shape[0], -1, feats.shape[-1])
 
 
-def train_step(model, aux, batch: dict):
-    logits, feats = forward(model, batch)
+def train_step(model, aux, batch: dict, ground_layers=()):
+    """(weighted LM loss, aux loss, grounding loss or None when no layers are supervised)."""
+    out = forward(model, batch, attentions=bool(ground_layers))
+    logits, feats = out[:2]
     ce = F.cross_entropy(logits.flatten(0, 1), batch["labels"][:, 1:].flatten(), ignore_index=-100,
                          reduction="none")
     w = batch["weights"][:, 1:].flatten()
     aux_loss = aux(feats, batch["patch_labels"])
     if "aux_pixels" in batch:  # the vision tower learns from more images than the decoder reads
         aux_loss = (aux_loss + aux(image_features(model, batch["aux_pixels"]), batch["aux_labels"])) / 2
-    return (ce * w).sum() / w.sum(), aux_loss
+    ground = None
+    if ground_layers:
+        image_id = model.config.image_token_id
+        ground = grounding_loss(out[2], batch, image_id, ground_layers)
+        # the same heads read the facts off the image tokens where the supervised heads read them, so the
+        # decoder keeps colour, shape and glyph identity in its image states (the attention alone found the
+        # right patches and still read the wrong colour: pilot at step 4,700)
+        deep = image_states(out[3][min(ground_layers)], batch["input_ids"], image_id)
+        aux_loss = (aux_loss + aux(deep, batch["patch_labels"])) / 2
+    return (ce * w).sum() / w.sum(), aux_loss, ground
 
 
 @torch.no_grad()
@@ -129,7 +181,9 @@ def probe(model, aux, tokenizer, n_per_task: int = 8, split: str = "train") -> d
     fmt = prompt_format(model.config)
     batch = pack_batch([as_conversation(s) for s in samples], tokenizer, fmt, mention_weight=2.0,
                        image_size=model.config.vision_config.image_size)
-    logits, feats = forward(model, batch)
+    eager = model.config._attn_implementation == "eager"
+    logits, feats, *attn = forward(model, batch, attentions=eager)
+    attn = attn[:1]
     right = logits.argmax(-1) == batch["labels"][:, 1:]
     mention = batch["weights"][:, 1:] == 2.0
     out = {}
@@ -143,6 +197,10 @@ def probe(model, aux, tokenizer, n_per_task: int = 8, split: str = "train") -> d
         on = labels > 0
         if on.any():
             out[f"probe/{kind}"] = round(float((head(feats).argmax(-1)[on] == labels[on]).float().mean()), 3)
+    if attn:  # per decoder layer, the best head's attention mass on the object the next token names
+        for layer in range(len(attn[0])):
+            mass = grounding_mass(attn[0], batch, model.config.image_token_id, [layer])
+            out[f"ground/layer{layer}"] = round(float(mass.mean()), 3)
     model.train(was)
     return out
 
@@ -192,8 +250,9 @@ def training_batch(step: int, cfg: TargetTrainConfig, tokenizer, model, focus: l
     size = model.config.vision_config.image_size
     batch = pack_batch(convs, tokenizer, prompt_format(model.config), cfg.mention_weight, image_size=size)
     if cfg.aux_images:
-        extra = [make_sample(AUX_SEED_START + seed) for seed in range(step * cfg.aux_images,
-                                                                      (step + 1) * cfg.aux_images)]
+        families = cfg.aux_families
+        extra = [make_sample(AUX_SEED_START + seed, family=families[seed % len(families)])
+                 for seed in range(step * cfg.aux_images, (step + 1) * cfg.aux_images)]
         batch["aux_pixels"] = torch.cat([image_to_pixels(s.image, size) for s in extra])
         batch["aux_labels"] = patch_label_batch(extra)
     return batch
@@ -246,7 +305,13 @@ def main(argv=None) -> None:
     model_cfg = BundledModelConfig.from_name(cfg.preset)
     model_cfg = BundledModelConfig(**{**asdict(model_cfg), "prompt_order": cfg.prompt_order})
     model = build_model(model_cfg, tokenizer, seed=cfg.seed).train()
-    aux = AuxHeads(model.config.text_config.hidden_size)
+    depth = model.config.text_config.num_hidden_layers
+    if cfg.ground_weight and not all(0 <= layer < depth for layer in cfg.ground_layers):
+        raise SystemExit(f"--ground-layers {list(cfg.ground_layers)}: the {cfg.preset} decoder has layers 0-{depth - 1}")
+    unknown = set(cfg.aux_families) - set(TASKS)
+    if unknown or not cfg.aux_families:
+        raise SystemExit(f"--aux-families must name families among {sorted(TASKS)}, got {list(cfg.aux_families)}")
+    aux = AuxHeads(model.config.text_config.hidden_size, weights={"char": cfg.char_weight})
     params = list(model.parameters()) + list(aux.parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     ckpt = Checkpointer(run)
@@ -254,6 +319,8 @@ def main(argv=None) -> None:
     warm = {"warm_start": extra.get("warm_start", 0)}
     if step == 0 and args.init_from:
         step = warm["warm_start"] = init_from_export(model, aux, args.init_from)
+    if cfg.ground_weight:  # attention probabilities are only returned by the eager implementation
+        model.config._attn_implementation = model.config.text_config._attn_implementation = "eager"
     model.to(device), aux.to(device)
     save_config_json(run, "train_config.json", cfg)
     # bf16 autocast only where the hardware has it: on AVX2-only CPUs it runs ~24x slower (NOTES)
@@ -265,15 +332,17 @@ def main(argv=None) -> None:
         for g in opt.param_groups:
             g["lr"] = lr_wsd(step, cfg, warm["warm_start"])
         with autocast:
-            lm, aux_loss = train_step(model, aux, batch)
+            lm, aux_loss, ground = train_step(model, aux, batch, cfg.ground_layers if cfg.ground_weight else ())
         opt.zero_grad(set_to_none=True)
-        (lm + cfg.aux_weight * aux_loss).backward()
+        loss = lm + cfg.aux_weight * aux_loss
+        (loss if ground is None else loss + cfg.ground_weight * ground).backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         step += 1
         bar.update(1)
         bar.set_postfix(lm=f"{lm.item():.3f}", aux=f"{aux_loss.item():.3f}")
         append_jsonl(run / "log.jsonl", {"step": step, "lm": round(lm.item(), 4), "aux": round(aux_loss.item(), 4),
+                                         **({} if ground is None else {"ground": round(ground.item(), 4)}),
                                          "lr": lr_wsd(step - 1, cfg, warm["warm_start"]),
                                          "minutes": round(timer.minutes(), 2)})
         if step % args.save_every == 0:
@@ -286,6 +355,7 @@ def main(argv=None) -> None:
             append_jsonl(run / "eval.jsonl", {"step": step, **acc})
             tqdm.write(f"step {step}: {acc}")
     ckpt.save(step, {"model": model, "aux": aux, "opt": opt}, warm)
+    model.config._attn_implementation = model.config.text_config._attn_implementation = "sdpa"
     export(model.cpu().float(), tokenizer, args.out, cfg, step, aux.cpu().float(), run)
 
 
