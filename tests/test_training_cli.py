@@ -162,3 +162,14 @@ def test_grounding_loss_is_low_when_the_best_head_looks_at_the_object():
     diffuse = grounding_loss((attn,), batch, 9, [0])
     assert float(diffuse) == pytest.approx(-torch.log(torch.tensor(2.0 / T)).item(), rel=1e-5)
     assert float(grounding_loss((focused,), batch, 9, [0])) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_diagnose_sorts_mentions_by_kind_and_rejects_a_folder_without_a_model(tmp_path):
+    from fovea.training.diagnose import main, mention_kind
+
+    assert [mention_kind(w, "scene") for w in (" red", "star", " top", " large")] == \
+        ["colour", "shape", "position", "size"]
+    assert mention_kind(" 7", "chart") == "digit" and mention_kind(" QX", "chart") == "label"
+    assert mention_kind("K4P", "ocr") == "text"
+    with pytest.raises(SystemExit):
+        main(["--target", str(tmp_path)])

@@ -1,8 +1,11 @@
-"""`python -m fovea.training.curves RUN_DIR [--out PNG]`: the training curves of a target run as one
-PNG (drawn with Pillow, no plotting dependency): the loss, the held-out teacher-forced mention-token
-accuracy per task family, and the per-patch probe accuracy per label kind, against the step.
+"""`python -m fovea.training.curves RUN_DIR [RUN_DIR ...] [--out PNG]`: the training curves of a
+target run as one PNG (drawn with Pillow, no plotting dependency): the loss, the held-out
+teacher-forced mention-token accuracy per task family, the per-patch probe accuracy per label kind
+and, when the run supervised attention, the grounding mass per decoder layer, against the step.
 
-Reads RUN_DIR/log.jsonl and RUN_DIR/curves.jsonl (written by `python -m fovea.train target`).
+Reads log.jsonl and curves.jsonl of each RUN_DIR (written by `python -m fovea.train target`). Several
+run dirs (a run continued with --init-from in a new dir) are joined in step order; where two cover
+the same step, the later dir wins.
 """
 from __future__ import annotations
 
@@ -21,25 +24,44 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
-def series(run: Path) -> list[tuple[str, dict[str, list[tuple[float, float]]], tuple[float, float] | None]]:
+def joined(runs: list[Path], name: str) -> list[dict]:
+    """The records of RUN/name over several runs by step; a later run overrides the steps it repeats."""
+    by_step: dict[int, dict] = {}
+    for run in runs:
+        for r in read_jsonl(run / name):
+            by_step[r["step"]] = r
+    return [by_step[k] for k in sorted(by_step)]
+
+
+def series(runs: Path | list[Path]) -> list[tuple[str, dict[str, list[tuple[float, float]]], tuple[float, float] | None]]:
     """[(panel title, {line name: [(step, value)]}, fixed y range or None)]."""
-    log, curves = read_jsonl(run / "log.jsonl"), read_jsonl(run / "curves.jsonl")
+    runs = [runs] if isinstance(runs, Path) else list(runs)
+    log, curves = joined(runs, "log.jsonl"), joined(runs, "curves.jsonl")
     every = max(1, len(log) // 300)
     loss = {"lm (weighted)": [(r["step"], r["lm"]) for r in log[::every]],
             "aux": [(r["step"], r["aux"]) for r in log[::every]]}
+    grounded = [r for r in log[::every] if "ground" in r]
+    if grounded:
+        loss["grounding"] = [(r["step"], r["ground"]) for r in grounded]
     family: dict[str, list] = {}
     probe: dict[str, list] = {}
+    ground: dict[str, list] = {}
     for r in curves:
         by_family: dict[str, list[float]] = {}
         for key, value in r.items():
             if key.startswith("probe/"):
                 probe.setdefault(key[6:], []).append((r["step"], value))
+            elif key.startswith("ground/"):
+                ground.setdefault(key[7:], []).append((r["step"], value))
             elif isinstance(value, dict) and value.get("mention_tok") is not None:
                 by_family.setdefault(key.split("/")[0], []).append(value["mention_tok"])
         for fam, values in by_family.items():
             family.setdefault(fam, []).append((r["step"], sum(values) / len(values)))
-    return [("training loss", loss, None), ("held-out mention-token accuracy", family, (0, 1)),
-            ("per-patch probe accuracy (object patches)", probe, (0, 1))]
+    panels = [("training loss", loss, None), ("held-out mention-token accuracy", family, (0, 1)),
+              ("per-patch probe accuracy (object patches)", probe, (0, 1))]
+    if ground:
+        panels.append(("attention mass on the named object (best head)", ground, (0, 1)))
+    return panels
 
 
 def panel(title: str, lines: dict, yrange) -> Image.Image:
@@ -69,8 +91,8 @@ def panel(title: str, lines: dict, yrange) -> Image.Image:
     return img
 
 
-def draw(run: Path, out: Path) -> Path:
-    panels = [panel(*s) for s in series(run)]
+def draw(runs: Path | list[Path], out: Path) -> Path:
+    panels = [panel(*s) for s in series(runs)]
     sheet = Image.new("RGB", (W * len(panels), H + 30), "white")
     for i, p in enumerate(panels):
         sheet.paste(p, (i * W, 0))
@@ -81,12 +103,13 @@ def draw(run: Path, out: Path) -> Path:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m fovea.training.curves", description=__doc__)
-    p.add_argument("run_dir", type=Path)
-    p.add_argument("--out", type=Path, help="PNG path (default RUN_DIR/curves.png)")
+    p.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    p.add_argument("--out", type=Path, help="PNG path (default: the last RUN_DIR/curves.png)")
     args = p.parse_args(argv)
-    if not (args.run_dir / "log.jsonl").exists():
-        p.error(f"{args.run_dir} has no log.jsonl; pass the --run-dir of `python -m fovea.train target`")
-    print(draw(args.run_dir, args.out or args.run_dir / "curves.png"))
+    for run in args.run_dirs:
+        if not (run / "log.jsonl").exists():
+            p.error(f"{run} has no log.jsonl; pass the --run-dir of `python -m fovea.train target`")
+    print(draw(args.run_dirs, args.out or args.run_dirs[-1] / "curves.png"))
 
 
 if __name__ == "__main__":
