@@ -173,3 +173,26 @@ def test_diagnose_sorts_mentions_by_kind_and_rejects_a_folder_without_a_model(tm
     assert mention_kind("K4P", "ocr") == "text"
     with pytest.raises(SystemExit):
         main(["--target", str(tmp_path)])
+
+
+def test_object_attribute_targets_follow_each_object_and_train_on_mention_states():
+    import torch
+
+    from fovea.data import make_sample
+    from fovea.training.packing import ATTR_IDS, as_conversation, object_attr_batch
+    from fovea.training.target import ObjectHeads
+
+    scene, chart, text = make_sample(3, "scene", "describe"), make_sample(4, "chart", "value"), make_sample(5, "ocr", "read")
+    attrs = object_attr_batch([as_conversation(s) for s in (scene, chart, text)])
+    for j, obj in enumerate(scene.objects):
+        assert attrs["colour"][0, j] == ATTR_IDS["colour"][obj.attrs["colour"]]
+        assert attrs["position"][0, j] == ATTR_IDS["position"][obj.attrs["position"]]
+    assert (attrs["value"][1, : len(chart.objects)] == torch.tensor([int(o.attrs["value"]) for o in chart.objects])).all()
+    assert (attrs["shape"][1] == -100).all() and all((v[2] == -100).all() for v in attrs.values())  # words: none
+    heads = ObjectHeads(8)
+    hidden = torch.randn(3, 5, 8, requires_grad=True)
+    ground = torch.full((3, 5), -1)
+    ground[0, 2], ground[1, 4] = 1, 0
+    loss = heads(hidden, {"ground": ground, "object_attrs": attrs})
+    loss.backward()
+    assert loss > 0 and hidden.grad[0, 2].abs().sum() > 0 and hidden.grad[0, 1].abs().sum() == 0

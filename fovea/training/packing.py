@@ -87,7 +87,37 @@ def pack_batch(convs: list[Conversation], tokenizer, fmt: tuple[int, str] = (NUM
     batch["pixel_values"] = torch.cat([image_to_pixels(c.image, **kwargs) for c in convs])
     batch["patch_labels"] = patch_label_batch(convs)
     batch["object_patches"] = object_patch_batch(convs)
+    batch["object_attrs"] = object_attr_batch(convs)
     return batch
+
+
+def _attr_ids() -> dict[str, dict[str, int]]:
+    """Per attribute kind, name -> class id (0 is never used: ids start at 1, like the patch labels)."""
+    from fovea.data.labels import COLOURS, SHAPES
+    from fovea.data.scenes import POSITIONS
+
+    positions = [name for row in POSITIONS for name in row]
+    return {"colour": {c: i for i, c in enumerate(COLOURS) if i},
+            "shape": {c: i for i, c in enumerate(SHAPES) if i},
+            "position": {c: i + 1 for i, c in enumerate(positions)},
+            "value": {str(v): v for v in range(1, 10)}}
+
+
+ATTR_IDS = _attr_ids()
+NUM_ATTRS = {kind: max(ids.values()) + 1 for kind, ids in ATTR_IDS.items()}
+
+
+def object_attr_batch(records) -> dict[str, torch.Tensor]:
+    """{kind: long [B, O]}: each object's colour, shape, 3 x 3 position and bar value as class ids
+    (IGNORE where the object has no such attribute), for the object-attribute heads."""
+    width = max(1, max(len(r.objects) for r in records))
+    out = {kind: torch.full((len(records), width), IGNORE, dtype=torch.long) for kind in ATTR_IDS}
+    for i, r in enumerate(records):
+        for j, obj in enumerate(r.objects):
+            for kind, ids in ATTR_IDS.items():
+                if obj.attrs.get(kind) in ids:
+                    out[kind][i, j] = ids[obj.attrs[kind]]
+    return out
 
 
 def object_patches(mask: np.ndarray) -> np.ndarray:

@@ -26,7 +26,7 @@ from fovea.models.bundled import (BundledModelConfig, DEFAULT_TARGET_DIR, PROMPT
                                   encode_prompt, image_to_pixels, load_tokenizer, prompt_format, save_config_json,
                                   train_tokenizer)
 from fovea.training.common import Checkpointer, Timer, add_config_args, append_jsonl, config_from_args
-from fovea.training.packing import as_conversation, pack_batch, patch_label_batch
+from fovea.training.packing import NUM_ATTRS, as_conversation, pack_batch, patch_label_batch
 
 AUX_SEED_START = 500_000_000  # the aux-only images: training seeds far from the conversations' range
 ALL_TASKS = tuple((family, task) for family, names in TASKS.items() for task in names)
@@ -50,6 +50,8 @@ class TargetTrainConfig:
     mention_weight: float = 3.0
     ground_weight: float = 0.0      # attention supervision: mention-predicting states look at the named object
     ground_layers: tuple = (2, 3)   # decoder layers whose best head is supervised
+    attr_weight: float = 0.0        # the named object's colour/shape/position/value, read off the decoder
+                                    # state after the last ground layer at every mention-predicting state
     seed: int = 0
     vocab_size: int = 1024
 
@@ -96,6 +98,25 @@ class AuxHeads(torch.nn.Module):
                 parts.append(self.background_weight * ce[bg].mean())
             losses.append(self.weights.get(kind, 1.0) * torch.stack(parts).sum())
         return torch.stack(losses).mean()
+
+
+class ObjectHeads(torch.nn.Module):
+    """Linear classifiers of the *named* object's attributes (colour, shape, 3 x 3 position, bar value)
+    on the decoder state that predicts a mention token. The LM loss trains the readout of a looked-up
+    object only at the one token that names that attribute; these heads ask every mention-predicting
+    state to carry all of them (target v2 found the right patches and still misread the colour)."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.heads = torch.nn.ModuleDict({k: torch.nn.Linear(dim, n) for k, n in NUM_ATTRS.items()})
+
+    def forward(self, hidden: torch.Tensor, batch: dict) -> torch.Tensor:
+        ground = batch["ground"]
+        b, t = (ground >= 0).nonzero(as_tuple=True)
+        states, objs = hidden[b, t], ground[b, t]
+        losses = [F.cross_entropy(head(states), batch["object_attrs"][kind][b, objs], ignore_index=-100)
+                  for kind, head in self.heads.items() if (batch["object_attrs"][kind][b, objs] != -100).any()]
+        return torch.stack(losses).mean() if losses else hidden.sum() * 0.0
 
 
 def forward(model, batch: dict, attentions: bool = False):
@@ -151,8 +172,9 @@ def image_features(model, pixels: torch.Tensor) -> torch.Tensor:
     return feats.reshape(pixels.shape[0], -1, feats.shape[-1])
 
 
-def train_step(model, aux, batch: dict, ground_layers=()):
-    """(weighted LM loss, aux loss, grounding loss or None when no layers are supervised)."""
+def train_step(model, aux, batch: dict, ground_layers=(), objects: ObjectHeads | None = None):
+    """(weighted LM loss, aux loss, grounding loss or None when no layers are supervised, object-attribute
+    loss or None without `objects`)."""
     out = forward(model, batch, attentions=bool(ground_layers))
     logits, feats = out[:2]
     ce = F.cross_entropy(logits.flatten(0, 1), batch["labels"][:, 1:].flatten(), ignore_index=-100,
@@ -170,7 +192,8 @@ def train_step(model, aux, batch: dict, ground_layers=()):
         # right patches and still read the wrong colour: pilot at step 4,700)
         deep = image_states(out[3][min(ground_layers)], batch["input_ids"], image_id)
         aux_loss = (aux_loss + aux(deep, batch["patch_labels"], deep=True)) / 2
-    return (ce * w).sum() / w.sum(), aux_loss, ground
+    attrs = objects(out[3][max(ground_layers) + 1], batch) if objects is not None and ground_layers else None
+    return (ce * w).sum() / w.sum(), aux_loss, ground, attrs
 
 
 @torch.no_grad()
@@ -315,10 +338,14 @@ def main(argv=None) -> None:
     if unknown or not cfg.aux_families:
         raise SystemExit(f"--aux-families must name families among {sorted(TASKS)}, got {list(cfg.aux_families)}")
     aux = AuxHeads(model.config.text_config.hidden_size, weights={"char": cfg.char_weight})
-    params = list(model.parameters()) + list(aux.parameters())
+    objects = ObjectHeads(model.config.text_config.hidden_size)
+    if cfg.attr_weight and not cfg.ground_weight:
+        raise SystemExit("--attr-weight reads the state after the ground layers: set --ground-weight too")
+    params = list(model.parameters()) + list(aux.parameters()) + (list(objects.parameters()) if cfg.attr_weight else [])
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     ckpt = Checkpointer(run)
-    step, extra = ckpt.load({"model": model, "aux": aux, "opt": opt})
+    modules = {"model": model, "aux": aux, "opt": opt, **({"objects": objects} if cfg.attr_weight else {})}
+    step, extra = ckpt.load(modules)
     warm = {"warm_start": extra.get("warm_start", 0)}
     if step == 0 and args.init_from:
         step = warm["warm_start"] = init_from_export(model, aux, args.init_from)
@@ -335,10 +362,12 @@ def main(argv=None) -> None:
         for g in opt.param_groups:
             g["lr"] = lr_wsd(step, cfg, warm["warm_start"])
         with autocast:
-            lm, aux_loss, ground = train_step(model, aux, batch, cfg.ground_layers if cfg.ground_weight else ())
+            lm, aux_loss, ground, attrs = train_step(model, aux, batch, cfg.ground_layers if cfg.ground_weight else (),
+                                                     objects if cfg.attr_weight else None)
         opt.zero_grad(set_to_none=True)
         loss = lm + cfg.aux_weight * aux_loss
-        (loss if ground is None else loss + cfg.ground_weight * ground).backward()
+        loss = loss if ground is None else loss + cfg.ground_weight * ground
+        (loss if attrs is None else loss + cfg.attr_weight * attrs).backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         step += 1
@@ -346,10 +375,11 @@ def main(argv=None) -> None:
         bar.set_postfix(lm=f"{lm.item():.3f}", aux=f"{aux_loss.item():.3f}")
         append_jsonl(run / "log.jsonl", {"step": step, "lm": round(lm.item(), 4), "aux": round(aux_loss.item(), 4),
                                          **({} if ground is None else {"ground": round(ground.item(), 4)}),
+                                         **({} if attrs is None else {"attrs": round(attrs.item(), 4)}),
                                          "lr": lr_wsd(step - 1, cfg, warm["warm_start"]),
                                          "minutes": round(timer.minutes(), 2)})
         if step % args.save_every == 0:
-            ckpt.save(step, {"model": model, "aux": aux, "opt": opt}, warm)
+            ckpt.save(step, modules, warm)
         if step % args.probe_every == 0:
             append_jsonl(run / "curves.jsonl", {"step": step, "minutes": round(timer.minutes(), 2),
                                                 **probe(model, aux, tokenizer)})
@@ -357,7 +387,7 @@ def main(argv=None) -> None:
             acc = evaluate(model, tokenizer, n_per_task=args.eval_n)
             append_jsonl(run / "eval.jsonl", {"step": step, **acc})
             tqdm.write(f"step {step}: {acc}")
-    ckpt.save(step, {"model": model, "aux": aux, "opt": opt}, warm)
+    ckpt.save(step, modules, warm)
     model.config._attn_implementation = model.config.text_config._attn_implementation = "sdpa"
     export(model.cpu().float(), tokenizer, args.out, cfg, step, aux.cpu().float(), run)
 
