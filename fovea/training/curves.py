@@ -43,6 +43,9 @@ def series(runs: Path | list[Path]) -> list[tuple[str, dict[str, list[tuple[floa
     grounded = [r for r in log[::every] if "ground" in r]
     if grounded:
         loss["grounding"] = [(r["step"], r["ground"]) for r in grounded]
+    attributed = [r for r in log[::every] if "attrs" in r]
+    if attributed:
+        loss["object attributes"] = [(r["step"], r["attrs"]) for r in attributed]
     family: dict[str, list] = {}
     probe: dict[str, list] = {}
     ground: dict[str, list] = {}
