@@ -187,6 +187,7 @@ def test_object_attribute_targets_follow_each_object_and_train_on_mention_states
     for j, obj in enumerate(scene.objects):
         assert attrs["colour"][0, j] == ATTR_IDS["colour"][obj.attrs["colour"]]
         assert attrs["position"][0, j] == ATTR_IDS["position"][obj.attrs["position"]]
+        assert attrs["size"][0, j] == ATTR_IDS["size"][obj.attrs["size"]]
     assert (attrs["value"][1, : len(chart.objects)] == torch.tensor([int(o.attrs["value"]) for o in chart.objects])).all()
     assert (attrs["shape"][1] == -100).all() and all((v[2] == -100).all() for v in attrs.values())  # words: none
     heads = ObjectHeads(8)

@@ -100,6 +100,7 @@ def _attr_ids() -> dict[str, dict[str, int]]:
     return {"colour": {c: i for i, c in enumerate(COLOURS) if i},
             "shape": {c: i for i, c in enumerate(SHAPES) if i},
             "position": {c: i + 1 for i, c in enumerate(positions)},
+            "size": {"small": 1, "large": 2},
             "value": {str(v): v for v in range(1, 10)}}
 
 
@@ -108,7 +109,7 @@ NUM_ATTRS = {kind: max(ids.values()) + 1 for kind, ids in ATTR_IDS.items()}
 
 
 def object_attr_batch(records) -> dict[str, torch.Tensor]:
-    """{kind: long [B, O]}: each object's colour, shape, 3 x 3 position and bar value as class ids
+    """{kind: long [B, O]}: each object's colour, shape, 3 x 3 position, size and bar value as class ids
     (IGNORE where the object has no such attribute), for the object-attribute heads."""
     width = max(1, max(len(r.objects) for r in records))
     out = {kind: torch.full((len(records), width), IGNORE, dtype=torch.long) for kind in ATTR_IDS}

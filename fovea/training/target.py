@@ -101,7 +101,7 @@ class AuxHeads(torch.nn.Module):
 
 
 class ObjectHeads(torch.nn.Module):
-    """Linear classifiers of the *named* object's attributes (colour, shape, 3 x 3 position, bar value)
+    """Linear classifiers of the *named* object's attributes (colour, shape, 3 x 3 position, size, bar value)
     on the decoder state that predicts a mention token. The LM loss trains the readout of a looked-up
     object only at the one token that names that attribute; these heads ask every mention-predicting
     state to carry all of them (target v2 found the right patches and still misread the colour)."""
