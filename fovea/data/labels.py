@@ -58,17 +58,16 @@ def box_mask(box: tuple[int, int, int, int]) -> np.ndarray:
     return mask
 
 
-def patch_cover(mask: np.ndarray) -> np.ndarray:
-    """float32 [GRID, GRID]: how many pixels of a bool [IMAGE_SIZE, IMAGE_SIZE] mask fall in each patch."""
-    return _POOL @ mask.astype(np.float32) @ _POOL.T
+def patch_cover(masks: np.ndarray) -> np.ndarray:
+    """float32 [..., GRID, GRID]: how many pixels of bool [..., IMAGE_SIZE, IMAGE_SIZE] masks fall in each patch."""
+    return _POOL @ masks.astype(np.float32) @ _POOL.T
 
 
 def vote(regions: list[Region]) -> np.ndarray:
     """int64 [GRID, GRID] label of each patch from non-overlapping regions."""
     if not regions:
         return np.zeros((GRID, GRID), dtype=np.int64)
-    masks = np.stack([mask for mask, _ in regions]).astype(np.float32)  # [R, H, W]
-    cover = _POOL @ masks @ _POOL.T  # [R, GRID, GRID] pixels of each region in each patch
+    cover = patch_cover(np.stack([mask for mask, _ in regions]))  # [R, GRID, GRID] pixels of each region in each patch
     ids = np.array([cls for _, cls in regions], dtype=np.int64)
     best = cover.argmax(axis=0)
     best_cover = cover.max(axis=0)

@@ -25,7 +25,7 @@ from fovea.data.generate import EVAL_SEED_START
 from fovea.data.labels import COLOURS, SHAPES
 from fovea.models.bundled import load_tokenizer, prompt_format
 from fovea.training.packing import as_conversation, pack_batch
-from fovea.training.target import ALL_TASKS, forward, grounding_mass
+from fovea.training.target import ALL_TASKS, forward, grounding_mass, set_attention
 
 POSITION_WORDS = {"top", "middle", "bottom", "left", "right", "centre"}
 SEED_START = EVAL_SEED_START + 7000  # held out, apart from evaluate's first seeds
@@ -68,7 +68,7 @@ def by_mention_kind(model, tokenizer, n: int = 12) -> dict:
 def found_or_read(model, tokenizer, n: int = 24) -> dict:
     """Scene colour questions: attention mass on the named shape per layer, and found-but-misread."""
     impl = model.config._attn_implementation
-    model.config._attn_implementation = model.config.text_config._attn_implementation = "eager"
+    set_attention(model, "eager")
     fmt, size = prompt_format(model.config), model.config.vision_config.image_size
     layers = model.config.text_config.num_hidden_layers
     masses, right, found = defaultdict(list), [], []
@@ -89,7 +89,7 @@ def found_or_read(model, tokenizer, n: int = 24) -> dict:
             right.append(bool(logits[0, t].argmax() == ids[t + 1]))
             found.append(max(per_layer) >= 0.5)
     finally:
-        model.config._attn_implementation = model.config.text_config._attn_implementation = impl
+        set_attention(model, impl)
     mean = lambda xs: round(sum(xs) / max(1, len(xs)), 3)  # noqa: E731
     return {"n": n, "colour_right": mean(right), "found": mean(found),
             "found_but_misread": mean([f and not r for f, r in zip(found, right)]),

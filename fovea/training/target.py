@@ -114,8 +114,11 @@ class ObjectHeads(torch.nn.Module):
         ground = batch["ground"]
         b, t = (ground >= 0).nonzero(as_tuple=True)
         states, objs = hidden[b, t], ground[b, t]
-        losses = [F.cross_entropy(head(states), batch["object_attrs"][kind][b, objs], ignore_index=-100)
-                  for kind, head in self.heads.items() if (batch["object_attrs"][kind][b, objs] != -100).any()]
+        losses = []
+        for kind, head in self.heads.items():
+            target = batch["object_attrs"][kind][b, objs]
+            if (target != -100).any():
+                losses.append(F.cross_entropy(head(states), target, ignore_index=-100))
         return torch.stack(losses).mean() if losses else hidden.sum() * 0.0
 
 
@@ -132,9 +135,19 @@ def forward(model, batch: dict, attentions: bool = False):
     return (*result, out.attentions, out.hidden_states) if attentions else result
 
 
+def set_attention(model, implementation: str) -> None:
+    """Switch the decoder's attention implementation ("eager" returns attention probabilities)."""
+    model.config._attn_implementation = model.config.text_config._attn_implementation = implementation
+
+
+def image_positions(ids: torch.Tensor, image_token_id: int) -> torch.Tensor:
+    """[B, N]: the sequence positions of each row's image tokens, in patch order."""
+    return (ids == image_token_id).nonzero(as_tuple=True)[1].view(ids.shape[0], -1)
+
+
 def image_states(hidden: torch.Tensor, ids: torch.Tensor, image_token_id: int) -> torch.Tensor:
     """[B, N, D]: a decoder layer's hidden states at the image-token positions, in patch order."""
-    pos = (ids == image_token_id).nonzero(as_tuple=True)[1].view(ids.shape[0], -1)
+    pos = image_positions(ids, image_token_id)
     return hidden.gather(1, pos[..., None].expand(-1, -1, hidden.shape[-1]))
 
 
@@ -146,8 +159,7 @@ def grounding_mass(attn: tuple, batch: dict, image_token_id: int, layers) -> tor
     `batch["object_patches"]` [B, O, N] says which image tokens each object covers."""
     ground = batch["ground"]
     b, t = (ground >= 0).nonzero(as_tuple=True)
-    ids = batch["input_ids"]
-    image_pos = (ids == image_token_id).nonzero(as_tuple=True)[1].view(ids.shape[0], -1)  # [B, N]
+    image_pos = image_positions(batch["input_ids"], image_token_id)                      # [B, N]
     target = batch["object_patches"][b, ground[b, t]].float()                            # [M, N]
     masses = []
     for layer in layers:
@@ -187,9 +199,9 @@ def train_step(model, aux, batch: dict, ground_layers=(), objects: ObjectHeads |
     if ground_layers:
         image_id = model.config.image_token_id
         ground = grounding_loss(out[2], batch, image_id, ground_layers)
-        # the same heads read the facts off the image tokens where the supervised heads read them, so the
-        # decoder keeps colour, shape and glyph identity in its image states (the attention alone found the
-        # right patches and still read the wrong colour: pilot at step 4,700)
+        # a second set of per-patch heads reads the facts off the image states where the supervised heads
+        # read them, so the decoder keeps colour, shape and glyph identity there (the attention alone found
+        # the right patches and still read the wrong colour: pilot at step 4,700)
         deep = image_states(out[3][min(ground_layers)], batch["input_ids"], image_id)
         aux_loss = (aux_loss + aux(deep, batch["patch_labels"], deep=True)) / 2
     attrs = objects(out[3][max(ground_layers) + 1], batch) if objects is not None and ground_layers else None
@@ -208,8 +220,8 @@ def probe(model, aux, tokenizer, n_per_task: int = 8, split: str = "train") -> d
     batch = pack_batch([as_conversation(s) for s in samples], tokenizer, fmt, mention_weight=2.0,
                        image_size=model.config.vision_config.image_size)
     eager = model.config._attn_implementation == "eager"
-    logits, feats, *attn = forward(model, batch, attentions=eager)
-    attn = attn[:1]
+    out = forward(model, batch, attentions=eager)
+    logits, feats, attn = out[0], out[1], out[2] if eager else None
     right = logits.argmax(-1) == batch["labels"][:, 1:]
     mention = batch["weights"][:, 1:] == 2.0
     out = {}
@@ -223,9 +235,9 @@ def probe(model, aux, tokenizer, n_per_task: int = 8, split: str = "train") -> d
         on = labels > 0
         if on.any():
             out[f"probe/{kind}"] = round(float((head(feats).argmax(-1)[on] == labels[on]).float().mean()), 3)
-    if attn:  # per decoder layer, the best head's attention mass on the object the next token names
-        for layer in range(len(attn[0])):
-            mass = grounding_mass(attn[0], batch, model.config.image_token_id, [layer])
+    if attn is not None:  # per decoder layer, the best head's attention mass on the object the next token names
+        for layer in range(len(attn)):
+            mass = grounding_mass(attn, batch, model.config.image_token_id, [layer])
             out[f"ground/layer{layer}"] = round(float(mass.mean()), 3)
     model.train(was)
     return out
@@ -337,20 +349,21 @@ def main(argv=None) -> None:
     unknown = set(cfg.aux_families) - set(TASKS)
     if unknown or not cfg.aux_families:
         raise SystemExit(f"--aux-families must name families among {sorted(TASKS)}, got {list(cfg.aux_families)}")
-    aux = AuxHeads(model.config.text_config.hidden_size, weights={"char": cfg.char_weight})
-    objects = ObjectHeads(model.config.text_config.hidden_size)
     if cfg.attr_weight and not cfg.ground_weight:
         raise SystemExit("--attr-weight reads the state after the ground layers: set --ground-weight too")
-    params = list(model.parameters()) + list(aux.parameters()) + (list(objects.parameters()) if cfg.attr_weight else [])
+    aux = AuxHeads(model.config.text_config.hidden_size, weights={"char": cfg.char_weight})
+    objects = ObjectHeads(model.config.text_config.hidden_size) if cfg.attr_weight else None
+    heads = {"aux": aux, **({"objects": objects} if objects is not None else {})}
+    params = list(model.parameters()) + [p for m in heads.values() for p in m.parameters()]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     ckpt = Checkpointer(run)
-    modules = {"model": model, "aux": aux, "opt": opt, **({"objects": objects} if cfg.attr_weight else {})}
+    modules = {"model": model, **heads, "opt": opt}
     step, extra = ckpt.load(modules)
     warm = {"warm_start": extra.get("warm_start", 0)}
     if step == 0 and args.init_from:
         step = warm["warm_start"] = init_from_export(model, aux, args.init_from)
     if cfg.ground_weight:  # attention probabilities are only returned by the eager implementation
-        model.config._attn_implementation = model.config.text_config._attn_implementation = "eager"
+        set_attention(model, "eager")
     model.to(device), aux.to(device)
     save_config_json(run, "train_config.json", cfg)
     # bf16 autocast only where the hardware has it: on AVX2-only CPUs it runs ~24x slower (NOTES)
@@ -363,7 +376,7 @@ def main(argv=None) -> None:
             g["lr"] = lr_wsd(step, cfg, warm["warm_start"])
         with autocast:
             lm, aux_loss, ground, attrs = train_step(model, aux, batch, cfg.ground_layers if cfg.ground_weight else (),
-                                                     objects if cfg.attr_weight else None)
+                                                     objects)
         opt.zero_grad(set_to_none=True)
         loss = lm + cfg.aux_weight * aux_loss
         loss = loss if ground is None else loss + cfg.ground_weight * ground
@@ -388,7 +401,7 @@ def main(argv=None) -> None:
             append_jsonl(run / "eval.jsonl", {"step": step, **acc})
             tqdm.write(f"step {step}: {acc}")
     ckpt.save(step, modules, warm)
-    model.config._attn_implementation = model.config.text_config._attn_implementation = "sdpa"
+    set_attention(model, "sdpa")
     export(model.cpu().float(), tokenizer, args.out, cfg, step, aux.cpu().float(), run)
 
 
