@@ -70,15 +70,17 @@ def test_target_command_trains_packs_turns_and_exports_a_loadable_target(tmp_pat
     from fovea.training.target import main
 
     run, out = tmp_path / "run", tmp_path / "out"
-    main(["--preset", "tiny", "--run-dir", str(run), "--out", str(out), "--total-steps", "2", "--batch-size", "2",
-          "--turns", "3", "--probe-every", "2", "--eval-every", "100", "--prompt-order", "question_first",
+    main(["--preset", "tiny", "--run-dir", str(run), "--out", str(out), "--total-steps", "3", "--batch-size", "2",
+          "--turns", "3", "--probe-every", "3", "--eval-every", "100", "--prompt-order", "question_first",
           "--ground-weight", "0.5", "--ground-layers", "1", "--aux-images", "2", "--aux-families", "ocr", "chart",
-          "--char-weight", "2"])
+          "--char-weight", "2", "--vision-steps", "1"])
     curves = [json.loads(line) for line in (run / "curves.jsonl").read_text().splitlines()]
-    assert curves[-1]["step"] == 2 and "scene/colour" in curves[-1] and "probe/colour" in curves[-1]
+    assert curves[-1]["step"] == 3 and "scene/colour" in curves[-1] and "probe/colour" in curves[-1]
     assert 0.0 <= curves[-1]["ground/layer1"] <= 1.0                  # attention mass on the named object
+    assert 0.0 <= curves[-1]["probe/glyph_centre"] <= 1.0             # the glyph head at each character's centre
     log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
-    assert all(r["ground"] > 0 for r in log)
+    assert log[0]["phase"] == "vision" and "lm" not in log[0]         # the vision-only first step
+    assert all(r["ground"] > 0 and r["lm"] > 0 for r in log[1:])
     config = json.loads((out / "train_config.json").read_text())
     assert config["aux_families"] == ["ocr", "chart"] and config["ground_layers"] == [1]
     target = load_target(out)
@@ -144,6 +146,61 @@ def test_grounding_targets_point_each_mention_predicting_state_at_its_object():
     # the named object's patches are where its colour label says it is
     colour_ids = b["patch_labels"]["colour"][0]
     assert (colour_ids[patches[colour_obj]] > 0).float().mean() > 0.8
+
+
+def test_tokens_that_spell_a_drawn_text_are_grounded_on_their_own_glyphs():
+    import torch
+
+    from fovea.data import make_sample
+    from fovea.data.labels import CHARSET
+    from fovea.training.packing import as_conversation, pack_batch
+
+    tok = load_tokenizer(DEFAULT_TARGET_DIR)
+    for family, task, seed in (("ocr", "read", 5), ("chart", "value", 4), ("chart", "highest", 3)):
+        s = make_sample(seed, family, task)
+        b = pack_batch([as_conversation(s)], tok, (144, "question_first"), mention_weight=3.0)
+        ids, ground, where = b["input_ids"][0], b["ground"][0], b["ground_patches"][0]
+        chars = b["patch_labels"]["char"][0]
+        spelled = 0
+        for t in (ground >= 0).nonzero().flatten().tolist():
+            word = tok.decode(ids[t + 1]).strip()
+            if not word.isalnum() or word.lower() in ("first", "second", "third", "fourth", "fifth"):
+                continue
+            spelled += 1
+            on = where[t]
+            # fewer patches than the whole object, and among them a patch labelled with one of its characters
+            assert 0 < on.sum() < b["object_patches"][0, ground[t]].sum() or len(s.objects[ground[t]].label) == 1
+            assert {CHARSET[int(c)] for c in chars[on] if c > 0} & set(word)
+        assert spelled >= 2
+    # each drawn character's centre patch: the patch labels there mostly name that very character
+    from fovea.training.target import glyph_centres
+
+    pages = [make_sample(seed, "ocr", "read") for seed in range(6)]
+    centre = glyph_centres(pages)
+    assert len(centre) == sum(len(w.label) for p in pages for w in p.objects)
+    labels = torch.stack([torch.from_numpy(p.patch_labels["char"].reshape(-1)) for p in pages])
+    assert (labels[centre[:, 0], centre[:, 1]] == centre[:, 2]).float().mean() > 0.8
+    # scene mentions still look at the whole object
+    s = make_sample(7, "scene", "colour")
+    b = pack_batch([as_conversation(s)], tok, (144, "question_first"), mention_weight=3.0)
+    t = (b["ground"][0] >= 0).nonzero().flatten()
+    assert (b["ground_patches"][0, t] == b["object_patches"][0, b["ground"][0, t]]).all()
+
+
+def test_a_vision_only_step_leaves_the_decoder_alone():
+    from fovea.models.bundled import BundledModelConfig, build_model
+    from fovea.training.target import AuxHeads, TargetTrainConfig, image_features, vision_batch
+
+    tok = load_tokenizer(DEFAULT_TARGET_DIR)
+    model = build_model(BundledModelConfig.from_name("tiny"), tok, seed=0)
+    cfg = TargetTrainConfig(batch_size=2, aux_images=1, aux_families=("ocr", "scene"))
+    batch = vision_batch(0, cfg, model)
+    assert batch["aux_pixels"].shape[0] == 3
+    aux = AuxHeads(model.config.text_config.hidden_size)
+    aux(image_features(model, batch["aux_pixels"]), batch["aux_labels"]).backward()
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    assert all(g is None for n, g in grads.items() if "language_model" in n or "lm_head" in n)
+    assert any(g is not None and g.abs().sum() > 0 for n, g in grads.items() if "vision" in n)
 
 
 def test_grounding_loss_is_low_when_the_best_head_looks_at_the_object():

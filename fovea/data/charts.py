@@ -135,7 +135,8 @@ def render(layout: Layout) -> tuple[Image.Image, list[Obj], dict[str, np.ndarray
             mask |= inked & box_mask(glyphs.text_box(boxes))
             char_regions += [(box_mask(box), CHAR_ID[char]) for char, box in boxes]
         attrs = {"value": str(bar.value), "colour": bar.colour, "index": str(i)}
-        objects.append(Obj("bar", bar.label, box_of(mask), mask, attrs))
+        drawn = {s: tuple(box for _, box in boxes) for s, boxes in zip((bar.label, str(bar.value)), char_boxes)}
+        objects.append(Obj("bar", bar.label, box_of(mask), mask, attrs, drawn))
         colour_regions.append((rect, COLOUR_ID[bar.colour]))
         bar_regions.append((rect, bar.value))
     labels = patch_labels({"colour": colour_regions, "char": char_regions, "bar": bar_regions})

@@ -101,6 +101,7 @@ def render(layout: Layout) -> tuple[Image.Image, list[Obj], dict[str, np.ndarray
     objects, char_regions = [], []
     for line, boxes in zip(layout.lines, char_boxes):
         mask = (ink > INK_THRESHOLD) & box_mask(glyphs.text_box(boxes))
-        objects.append(Obj("word", line.word, box_of(mask), mask, {"row": ROW_NAMES[line.row]}))
+        objects.append(Obj("word", line.word, box_of(mask), mask, {"row": ROW_NAMES[line.row]},
+                           {line.word: tuple(box for _, box in boxes)}))
         char_regions += [(box_mask(box), CHAR_ID[char]) for char, box in boxes]
     return image.crop(layout.rect), objects, patch_labels({"char": char_regions})

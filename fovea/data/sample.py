@@ -41,6 +41,9 @@ class Obj:
     box: tuple[int, int, int, int]  # (x0, y0, x1, y1) in canvas pixels, x1 and y1 exclusive
     mask: np.ndarray  # bool [CANVAS, CANVAS], the canvas pixels that belong to it
     attrs: dict[str, str] = field(default_factory=dict)  # family-specific facts: size, position, value...
+    # text drawn for this object -> the ink box (x0, y0, x1, y1) of each of its characters, in order
+    # (a word, a bar's label and value): per-glyph grounding targets for the tokens that spell it
+    glyphs: dict[str, tuple[tuple[int, int, int, int], ...]] = field(default_factory=dict)
 
 
 @dataclass

@@ -38,7 +38,7 @@ def series(runs: Path | list[Path]) -> list[tuple[str, dict[str, list[tuple[floa
     runs = [runs] if isinstance(runs, Path) else list(runs)
     log, curves = joined(runs, "log.jsonl"), joined(runs, "curves.jsonl")
     every = max(1, len(log) // 300)
-    loss = {"lm (weighted)": [(r["step"], r["lm"]) for r in log[::every]],
+    loss = {"lm (weighted)": [(r["step"], r["lm"]) for r in log[::every] if "lm" in r],  # none in a vision phase
             "aux": [(r["step"], r["aux"]) for r in log[::every]]}
     grounded = [r for r in log[::every] if "ground" in r]
     if grounded:

@@ -15,7 +15,7 @@ import torch
 
 from fovea.data import IGNORE, Conversation, Sample
 from fovea.data.labels import MIN_COVER, patch_cover
-from fovea.data.sample import GRID
+from fovea.data.sample import GRID, IMAGE_SIZE
 from fovea.data.text import QA
 from fovea.models.bundled import NUM_IMAGE_TOKENS, PROMPT_TEMPLATE, image_to_pixels, prompt_parts
 
@@ -28,31 +28,38 @@ def as_conversation(sample: Sample) -> Conversation:
                         sample.split)
 
 
-def answer_tokens(tokenizer, qa: QA, max_tokens: int) -> tuple[list[int], list[int]]:
-    """Token ids of ' ' + answer (cut to max_tokens) + EOS, and per token the index of the object
-    whose mention it overlaps (-1: not inside a mention)."""
+def answer_tokens(tokenizer, qa: QA, max_tokens: int) -> tuple[list[int], list[int], list[tuple | None]]:
+    """Token ids of ' ' + answer (cut to max_tokens) + EOS; per token the index of the object whose
+    mention it overlaps (-1: not inside a mention); and per token (mentioned text, first, last + 1
+    character of that text the token spells), None off the mentions."""
     enc = tokenizer(" " + qa.answer, add_special_tokens=False, return_offsets_mapping=True)
     ids, spans = enc["input_ids"][:max_tokens], enc["offset_mapping"][:max_tokens]
-    # offsets count the leading space: mention m covers characters [m.start + 1, m.end + 1)
-    obj = [next((m.obj for m in qa.mentions if a < m.end + 1 and b > m.start + 1), -1) for a, b in spans]
-    return ids + [tokenizer.eos_token_id], obj + [-1]
+    obj, part = [], []
+    for a, b in spans:
+        # offsets count the leading space: mention m covers characters [m.start + 1, m.end + 1)
+        m = next((m for m in qa.mentions if a < m.end + 1 and b > m.start + 1), None)
+        obj.append(-1 if m is None else m.obj)
+        part.append(None if m is None else
+                    (qa.answer[m.start:m.end], max(0, a - m.start - 1), min(m.end - m.start, b - m.start - 1)))
+    return ids + [tokenizer.eos_token_id], obj + [-1], part + [None]
 
 
 def sequence(tokenizer, conv: Conversation, fmt: tuple[int, str], max_answer_tokens: int = 96):
-    """(ids, labels, mentioned object per token) of one packed conversation; labels IGNORE off the
-    answers, object -1 off the mentions."""
+    """(ids, labels, mentioned object per token, mentioned text part per token) of one packed
+    conversation; labels IGNORE off the answers, object -1 and part None off the mentions."""
     n_image, order = fmt
-    ids, labels, objs = [], [], []
+    ids, labels, objs, parts = [], [], [], []
     for turn, (_, qa) in enumerate(conv.turns):
         if turn == 0:
             prompt = prompt_parts(tokenizer, qa.question, n_image, order)[0]
         else:
             prompt = tokenizer(PROMPT_TEMPLATE.format(question=qa.question), add_special_tokens=False)["input_ids"]
-        answer, obj = answer_tokens(tokenizer, qa, max_answer_tokens)
+        answer, obj, part = answer_tokens(tokenizer, qa, max_answer_tokens)
         ids += prompt + answer
         labels += [IGNORE] * len(prompt) + answer
         objs += [-1] * len(prompt) + obj
-    return ids, labels, objs
+        parts += [None] * len(prompt) + part
+    return ids, labels, objs, parts
 
 
 def pack_text(convs: list[Conversation], tokenizer, fmt: tuple[int, str] = (NUM_IMAGE_TOKENS, "image_first"),
@@ -61,13 +68,17 @@ def pack_text(convs: list[Conversation], tokenizer, fmt: tuple[int, str] = (NUM_
     mention tokens, 1 on other answer tokens, 0 elsewhere), and `ground` [B, T]: at position t, the
     object that token t+1 mentions (-1 for none), i.e. the object the state predicting it should look at."""
     rows = [sequence(tokenizer, c, fmt, max_answer_tokens) for c in convs]
+    return _pack_rows(rows, tokenizer, mention_weight)
+
+
+def _pack_rows(rows: list, tokenizer, mention_weight: float) -> dict:
     width = max(len(r[0]) for r in rows)
     ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
     lab = torch.full((len(rows), width), IGNORE, dtype=torch.long)
     att = torch.zeros((len(rows), width), dtype=torch.long)
     weights = torch.zeros((len(rows), width))
     ground = torch.full((len(rows), width), -1, dtype=torch.long)
-    for i, (r, l, o) in enumerate(rows):
+    for i, (r, l, o, _) in enumerate(rows):
         ids[i, : len(r)] = torch.tensor(r)
         lab[i, : len(l)] = torch.tensor(l)
         att[i, : len(r)] = 1
@@ -82,13 +93,42 @@ def pack_batch(convs: list[Conversation], tokenizer, fmt: tuple[int, str] = (NUM
                mention_weight: float = 1.0, max_answer_tokens: int = 96, image_size: int | None = None) -> dict:
     """pack_text plus pixel_values [B, 3, S, S], the per-patch labels {kind: [B, N]} and
     object_patches [B, O, N] (bool: which patches each object covers; `ground` indexes O)."""
-    batch = pack_text(convs, tokenizer, fmt, mention_weight, max_answer_tokens)
+    rows = [sequence(tokenizer, c, fmt, max_answer_tokens) for c in convs]
+    batch = _pack_rows(rows, tokenizer, mention_weight)
     kwargs = {} if image_size is None else {"size": image_size}
     batch["pixel_values"] = torch.cat([image_to_pixels(c.image, **kwargs) for c in convs])
     batch["patch_labels"] = patch_label_batch(convs)
     batch["object_patches"] = object_patch_batch(convs)
     batch["object_attrs"] = object_attr_batch(convs)
+    batch["ground_patches"] = ground_patch_batch(convs, rows, batch["ground"], batch["object_patches"])
     return batch
+
+
+def glyph_patches(boxes) -> np.ndarray:
+    """bool [GRID*GRID]: the patches the union of these character ink boxes covers (as object_patches)."""
+    mask = np.zeros((IMAGE_SIZE, IMAGE_SIZE), dtype=bool)
+    for x0, y0, x1, y1 in boxes:
+        mask[max(y0, 0):y1, max(x0, 0):x1] = True
+    return object_patches(mask)
+
+
+def ground_patch_batch(convs, rows, ground: torch.Tensor, objects: torch.Tensor) -> torch.Tensor:
+    """bool [B, T, N]: at each position whose next token names an object, the patches the state there
+    should look at. A token that spells part of a drawn text (a word, a bar's label or value) looks at
+    the glyphs of just the characters it spells, the way one reads; other mention tokens look at the
+    whole object."""
+    b, t = (ground >= 0).nonzero(as_tuple=True)
+    out = torch.zeros((*ground.shape, objects.shape[-1]), dtype=torch.bool)
+    out[b, t] = objects[b, ground[b, t]]
+    for i, (conv, row) in enumerate(zip(convs, rows)):
+        for pos, part in enumerate(row[3][1:]):            # the state at pos predicts token pos + 1
+            if part is None or ground[i, pos] < 0:
+                continue
+            text, lo, hi = part
+            boxes = conv.objects[int(ground[i, pos])].glyphs.get(text)
+            if boxes and hi > lo:
+                out[i, pos] = torch.from_numpy(glyph_patches(boxes[lo:hi]))
+    return out
 
 
 def _attr_ids() -> dict[str, dict[str, int]]:

@@ -29,6 +29,7 @@ from fovea.training.common import Checkpointer, Timer, add_config_args, append_j
 from fovea.training.packing import NUM_ATTRS, as_conversation, pack_batch, patch_label_batch
 
 AUX_SEED_START = 500_000_000  # the aux-only images: training seeds far from the conversations' range
+VISION_SEED_START = 600_000_000  # the vision-only phase's images
 ALL_TASKS = tuple((family, task) for family, names in TASKS.items() for task in names)
 
 
@@ -52,6 +53,8 @@ class TargetTrainConfig:
     ground_layers: tuple = (2, 3)   # decoder layers whose best head is supervised
     attr_weight: float = 0.0        # the named object's colour/shape/position/value, read off the decoder
                                     # state after the last ground layer at every mention-predicting state
+    vision_steps: int = 0           # the run's first steps train only the vision tower, projector and aux
+                                    # heads on aux-family images (glyph legibility; the decoder is untouched)
     seed: int = 0
     vocab_size: int = 1024
 
@@ -156,11 +159,15 @@ def grounding_mass(attn: tuple, batch: dict, image_token_id: int, layers) -> tor
     the best head of each layer in `layers` and averaging the layers.
 
     `batch["ground"]` [B, T] names, per query position, the object the next token mentions (-1: none);
-    `batch["object_patches"]` [B, O, N] says which image tokens each object covers."""
+    `batch["ground_patches"]` [B, T, N] says which image tokens that state should look at (the object,
+    or the glyphs a token spells); without it, `batch["object_patches"]` [B, O, N] (the whole object)."""
     ground = batch["ground"]
     b, t = (ground >= 0).nonzero(as_tuple=True)
     image_pos = image_positions(batch["input_ids"], image_token_id)                      # [B, N]
-    target = batch["object_patches"][b, ground[b, t]].float()                            # [M, N]
+    if "ground_patches" in batch:
+        target = batch["ground_patches"][b, t].float()                                   # [M, N]
+    else:
+        target = batch["object_patches"][b, ground[b, t]].float()
     masses = []
     for layer in layers:
         rows = attn[layer][b, :, t, :]                                                    # [M, H, T]
@@ -235,12 +242,28 @@ def probe(model, aux, tokenizer, n_per_task: int = 8, split: str = "train") -> d
         on = labels > 0
         if on.any():
             out[f"probe/{kind}"] = round(float((head(feats).argmax(-1)[on] == labels[on]).float().mean()), 3)
+    centre = glyph_centres(samples)
+    if centre.numel():  # the glyph head at each drawn character's centre patch: is the character legible there?
+        pred = aux.heads["char"](feats).argmax(-1)
+        out["probe/glyph_centre"] = round(float((pred[centre[:, 0], centre[:, 1]] == centre[:, 2]).float().mean()), 3)
     if attn is not None:  # per decoder layer, the best head's attention mass on the object the next token names
         for layer in range(len(attn)):
             mass = grounding_mass(attn, batch, model.config.image_token_id, [layer])
             out[f"ground/layer{layer}"] = round(float(mass.mean()), 3)
     model.train(was)
     return out
+
+
+def glyph_centres(samples) -> torch.Tensor:
+    """long [G, 3]: (sample, patch, character id) for every character drawn in the samples (words, bar
+    labels and values), the patch being the one that holds the centre of the character's ink box."""
+    from fovea.data.labels import CHAR_ID
+    from fovea.data.sample import GRID, PATCH
+
+    rows = [(i, min(GRID - 1, (y0 + y1) // 2 // PATCH) * GRID + min(GRID - 1, (x0 + x1) // 2 // PATCH), CHAR_ID[c])
+            for i, s in enumerate(samples) for o in s.objects for text, boxes in o.glyphs.items()
+            for c, (x0, y0, x1, y1) in zip(text, boxes)]
+    return torch.tensor(rows, dtype=torch.long).reshape(-1, 3)
 
 
 def answers_match(short_answer: str, text: str) -> bool:
@@ -296,6 +319,16 @@ def training_batch(step: int, cfg: TargetTrainConfig, tokenizer, model, focus: l
     return batch
 
 
+def vision_batch(step: int, cfg: TargetTrainConfig, model) -> dict:
+    """A vision-only step's images: batch_size + aux_images of them, drawn from aux_families in turn."""
+    n, families = cfg.batch_size + cfg.aux_images, cfg.aux_families
+    samples = [make_sample(VISION_SEED_START + seed, family=families[seed % len(families)])
+               for seed in range(step * n, (step + 1) * n)]
+    size = model.config.vision_config.image_size
+    return {"aux_pixels": torch.cat([image_to_pixels(s.image, size) for s in samples]),
+            "aux_labels": patch_label_batch(samples)}
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m fovea.train target", description=__doc__)
     p.add_argument("--out", type=Path, default=DEFAULT_TARGET_DIR, help="where the final fp16 model goes")
@@ -320,6 +353,8 @@ def parse_args(argv=None):
         p.error(f"--prompt-order must be one of {PROMPT_ORDERS}")
     if args.batch_size < 1 or args.turns < 1 or args.minutes <= 0:
         p.error("--batch-size and --turns must be >= 1 and --minutes > 0")
+    if args.vision_steps < 0:
+        p.error(f"--vision-steps must be >= 0, got {args.vision_steps}")
     return args
 
 
@@ -371,9 +406,29 @@ def main(argv=None) -> None:
     timer, bar = Timer(), tqdm(initial=step, total=cfg.total_steps, desc="target", dynamic_ncols=True)
     stop = stop_on_sigterm()
     while step < cfg.total_steps and timer.minutes() < args.minutes and not stop:
-        batch = to_device(training_batch(step, cfg, tokenizer, model, focus, args.focus_share), device)
         for g in opt.param_groups:
             g["lr"] = lr_wsd(step, cfg, warm["warm_start"])
+        if step < warm["warm_start"] + cfg.vision_steps:
+            # vision-only: the decoder gets no gradient, so AdamW leaves it (and its weight decay) alone
+            batch = to_device(vision_batch(step, cfg, model), device)
+            with autocast:
+                aux_loss = aux(image_features(model, batch["aux_pixels"]), batch["aux_labels"])
+            opt.zero_grad(set_to_none=True)
+            (cfg.aux_weight * aux_loss).backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            step += 1
+            bar.update(1)
+            append_jsonl(run / "log.jsonl", {"step": step, "aux": round(aux_loss.item(), 4), "phase": "vision",
+                                             "lr": lr_wsd(step - 1, cfg, warm["warm_start"]),
+                                             "minutes": round(timer.minutes(), 2)})
+            if step % args.save_every == 0:
+                ckpt.save(step, modules, warm)
+            if step % args.probe_every == 0:
+                append_jsonl(run / "curves.jsonl", {"step": step, "minutes": round(timer.minutes(), 2),
+                                                    **probe(model, aux, tokenizer)})
+            continue
+        batch = to_device(training_batch(step, cfg, tokenizer, model, focus, args.focus_share), device)
         with autocast:
             lm, aux_loss, ground, attrs = train_step(model, aux, batch, cfg.ground_layers if cfg.ground_weight else (),
                                                      objects)
