@@ -104,19 +104,26 @@ def pack_batch(convs: list[Conversation], tokenizer, fmt: tuple[int, str] = (NUM
     return batch
 
 
-def glyph_patches(boxes) -> np.ndarray:
-    """bool [GRID*GRID]: the patches the union of these character ink boxes covers (as object_patches)."""
-    mask = np.zeros((IMAGE_SIZE, IMAGE_SIZE), dtype=bool)
-    for x0, y0, x1, y1 in boxes:
-        mask[max(y0, 0):y1, max(x0, 0):x1] = True
-    return object_patches(mask)
+def glyph_patches(boxes, lo: int, hi: int) -> np.ndarray:
+    """bool [GRID*GRID]: the patches that characters lo..hi-1 of a drawn text *own*: where one of their
+    ink boxes covers more of the patch than any other character of the text does (and at least
+    MIN_COVER pixels), plus each character's best-covered patch. A glyph is a little wider than a patch,
+    so the patches at its edges mostly hold its neighbours; reading those would mix two letters."""
+    masks = np.zeros((len(boxes), IMAGE_SIZE, IMAGE_SIZE), dtype=bool)
+    for i, (x0, y0, x1, y1) in enumerate(boxes):
+        masks[i, max(y0, 0):y1, max(x0, 0):x1] = True
+    cover = patch_cover(masks).reshape(len(boxes), -1)                  # [C, N] pixels of each glyph per patch
+    owner = cover.argmax(0)
+    out = (owner >= lo) & (owner < hi) & (cover.max(0) >= MIN_COVER)
+    out[cover[lo:hi].argmax(1)] = True
+    return out
 
 
 def ground_patch_batch(convs, rows, ground: torch.Tensor, objects: torch.Tensor) -> torch.Tensor:
     """bool [B, T, N]: at each position whose next token names an object, the patches the state there
     should look at. A token that spells part of a drawn text (a word, a bar's label or value) looks at
-    the glyphs of just the characters it spells, the way one reads; other mention tokens look at the
-    whole object."""
+    the patches that the glyphs of just the characters it spells own (glyph_patches), the way one
+    reads; other mention tokens look at the whole object."""
     b, t = (ground >= 0).nonzero(as_tuple=True)
     out = torch.zeros((*ground.shape, objects.shape[-1]), dtype=torch.bool)
     out[b, t] = objects[b, ground[b, t]]
@@ -127,7 +134,7 @@ def ground_patch_batch(convs, rows, ground: torch.Tensor, objects: torch.Tensor)
             text, lo, hi = part
             boxes = conv.objects[int(ground[i, pos])].glyphs.get(text)
             if boxes and hi > lo:
-                out[i, pos] = torch.from_numpy(glyph_patches(boxes[lo:hi]))
+                out[i, pos] = torch.from_numpy(glyph_patches(boxes, lo, hi))
     return out
 
 
