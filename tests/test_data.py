@@ -24,7 +24,7 @@ from fovea.data import (
     train_seeds,
 )
 from fovea.data.labels import COLOURS, MIN_COVER
-from fovea.data.sample import MAX_WORDS, MIN_WORDS, PAD_RGB, PATCH, STYLES, box_of, content_rect
+from fovea.data.sample import MAX_WORDS, MIN_STYLE_DISTANCE, MIN_WORDS, PAD_RGB, PATCH, STYLES, box_of, content_rect
 from fovea.data.scenes import POSITIONS, RELATIONS
 from fovea.data.text import ORDINALS
 
@@ -125,6 +125,14 @@ def test_shifted_split_uses_rendering_parameters_training_never_sees():
     train, shifted = STYLES["train"], STYLES["shifted"]
     for field in ("sizes", "scene_backgrounds", "font_sizes", "chart_font_sizes", "chart_paper", "paper"):
         assert not set(getattr(train, field)) & set(getattr(shifted, field)), field
+    # the generated training colours keep their distance from every shifted colour
+    shifted_colours = set(shifted.scene_backgrounds) | set(shifted.chart_paper) | {c for p in shifted.paper for c in p}
+    generated = train.scene_backgrounds[7:] + train.chart_paper[3:] + tuple(c for p in train.paper[5:] for c in p)
+    assert len(generated) > 50
+    for rgb in generated:
+        assert min(max(abs(a - b) for a, b in zip(rgb, c)) for c in shifted_colours) >= MIN_STYLE_DISTANCE
+    # shifted font sizes lie between training sizes: unseen values inside the training range
+    assert min(train.font_sizes) < min(shifted.font_sizes) and max(shifted.font_sizes) < max(train.font_sizes)
     for seed in eval_seeds(12):
         s = make_sample(seed, split="shifted")
         assert s.split == "shifted" and s.image.size in shifted.sizes

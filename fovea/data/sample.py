@@ -8,6 +8,8 @@ straight into the canvas's letterbox: centred, never stretched, the bars around 
 Masks, boxes and patch labels are in canvas coordinates, so the model input and every overlay
 share one geometry. Holds no drawing or wording logic; families fill these records in.
 """
+import colorsys
+import random
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -86,27 +88,78 @@ class Style:
     paper: tuple[tuple[tuple[int, int, int], tuple[int, int, int]], ...]  # (background, ink) for text
 
 
+SHIFTED = Style(
+    sizes=((192, 128), (128, 192), (192, 176)),
+    scene_backgrounds=((40, 20, 48), (10, 36, 20), (250, 240, 214)),
+    shape_radius=(11, 26),
+    font_sizes=(27, 34),
+    chart_font_sizes=(21, 26),
+    chart_paper=((250, 240, 214), (228, 236, 244)),
+    paper=(((40, 16, 16), (255, 255, 255)), ((250, 240, 214), (90, 20, 20))),
+)
+MIN_STYLE_DISTANCE = 12  # every generated training colour is at least this far (max channel diff) from a shifted one
+
+
+def _shifted_colours() -> list[tuple[int, int, int]]:
+    colours = list(SHIFTED.scene_backgrounds) + list(SHIFTED.chart_paper)
+    return colours + [c for pair in SHIFTED.paper for c in pair]
+
+
+def _far_from_shifted(rgb: tuple[int, int, int]) -> bool:
+    return all(max(abs(a - b) for a, b in zip(rgb, c)) >= MIN_STYLE_DISTANCE for c in _shifted_colours())
+
+
+def _tints(seed: str, n: int, lo: int, hi: int, spread: int) -> tuple[tuple[int, int, int], ...]:
+    """n seeded near-grey colours: a base level in [lo, hi] plus a per-channel tint of +-spread, each
+    far from every shifted colour. Low saturation keeps every shape colour visible on them."""
+    rng, out = random.Random(seed), []
+    while len(out) < n:
+        level = rng.randint(lo, hi)
+        rgb = tuple(min(255, max(0, level + rng.randint(-spread, spread))) for _ in range(3))
+        if _far_from_shifted(rgb) and rgb not in out:
+            out.append(rgb)
+    return tuple(out)
+
+
+def _papers(seed: str, n: int) -> tuple[tuple[tuple[int, int, int], tuple[int, int, int]], ...]:
+    """n seeded (background, ink) pairs in any hue, dark on light or light on dark, with the ink's
+    luminance at least 110 away from the background's so every glyph stays legible."""
+    rng, out = random.Random(seed), []
+    while len(out) < n:
+        dark = _hsv(rng.random(), rng.uniform(0.0, 0.9), rng.uniform(0.04, 0.3))
+        light = _hsv(rng.random(), rng.uniform(0.0, 0.9 if rng.random() < 0.5 else 0.25), rng.uniform(0.82, 1.0))
+        pair = (dark, light) if rng.random() < 0.5 else (light, dark)
+        if abs(_luma(dark) - _luma(light)) >= 110 and all(map(_far_from_shifted, pair)):
+            out.append(pair)
+    return tuple(out)
+
+
+def _hsv(h: float, s: float, v: float) -> tuple[int, int, int]:
+    return tuple(round(255 * c) for c in colorsys.hsv_to_rgb(h, s, v))
+
+
+def _luma(rgb: tuple[int, int, int]) -> float:
+    return 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2]
+
+
+# Training draws from many values around the shifted split's, never those values themselves: font
+# sizes on both sides of 27 and 34 px, backgrounds and papers of many tints and hues, each at least
+# MIN_STYLE_DISTANCE from a shifted colour. So the shifted split measures generalisation to unseen
+# values inside the training range (fonts, colours) and outside it (aspect ratios, shape radii).
 STYLES = {
     "train": Style(
         sizes=((192, 192), (192, 144), (144, 192), (192, 160), (160, 192)),
         scene_backgrounds=((18, 18, 22), (30, 30, 38), (14, 26, 34), (36, 30, 28),  # dark
-                           (236, 234, 226), (246, 246, 246), (222, 230, 238)),       # light
+                           (236, 234, 226), (246, 246, 246), (222, 230, 238))         # light
+        + _tints("style/scene/dark", 8, 8, 44, 12) + _tints("style/scene/light", 8, 214, 248, 10),
         shape_radius=(13, 24),
-        font_sizes=(28, 30, 32),
-        chart_font_sizes=(22, 24),
-        chart_paper=((245, 245, 245), (236, 236, 230), (250, 248, 240)),
+        font_sizes=(25, 26, 28, 29, 30, 31, 32, 33, 35, 36),
+        chart_font_sizes=(19, 20, 22, 23, 24, 25, 27),
+        chart_paper=((245, 245, 245), (236, 236, 230), (250, 248, 240)) + _tints("style/chart", 9, 222, 252, 10),
         paper=(((20, 22, 30), (240, 240, 240)), ((24, 24, 24), (250, 230, 40)), ((16, 28, 36), (0, 215, 220)),
-               ((235, 232, 220), (20, 20, 20)), ((245, 245, 245), (30, 40, 120))),
+               ((235, 232, 220), (20, 20, 20)), ((245, 245, 245), (30, 40, 120))) + _papers("style/paper", 27),
     ),
-    "shifted": Style(
-        sizes=((192, 128), (128, 192), (192, 176)),
-        scene_backgrounds=((40, 20, 48), (10, 36, 20), (250, 240, 214)),
-        shape_radius=(11, 26),
-        font_sizes=(27, 34),
-        chart_font_sizes=(21, 26),
-        chart_paper=((250, 240, 214), (228, 236, 244)),
-        paper=(((40, 16, 16), (255, 255, 255)), ((250, 240, 214), (90, 20, 20))),
-    ),
+    "shifted": SHIFTED,
 }
 
 
