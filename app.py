@@ -36,7 +36,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from app.streaming import run_on_decode_thread
     from app.ui import build_demo, launch_kwargs
+
+    # Every torch call of this process runs on the one decode thread, loading included: a model
+    # loaded on the main thread and decoded on another ran FOVEA ~2x slower on 2 cores (app.streaming).
+    pipeline = run_on_decode_thread(lambda: _load(args))
+    demo = build_demo(pipeline, concurrency_limit=args.concurrency)
+    demo.launch(server_name=args.host, server_port=args.port, **launch_kwargs())
+
+
+def _load(args: argparse.Namespace):
     from fovea.pipeline import FoveaPipeline
 
     if args.threads:
@@ -44,15 +54,12 @@ def main(argv: list[str] | None = None) -> None:
 
         torch.set_num_threads(args.threads)
     if args.tiny_random:
-        pipeline = FoveaPipeline.tiny_random()
-    else:
-        try:
-            pipeline = FoveaPipeline.from_pretrained(args.target, args.drafter)
-        except (FileNotFoundError, OSError) as err:
-            sys.exit(f"Could not load the model ({err}).\nBuild the bundled assets (see README), point "
-                     "--target/--drafter at checkpoint folders, or try the UI with --tiny-random.")
-    demo = build_demo(pipeline, concurrency_limit=args.concurrency)
-    demo.launch(server_name=args.host, server_port=args.port, **launch_kwargs())
+        return FoveaPipeline.tiny_random()
+    try:
+        return FoveaPipeline.from_pretrained(args.target, args.drafter)
+    except (FileNotFoundError, OSError) as err:
+        sys.exit(f"Could not load the model ({err}).\nBuild the bundled assets (see README), point "
+                 "--target/--drafter at checkpoint folders, or try the UI with --tiny-random.")
 
 
 if __name__ == "__main__":

@@ -14,8 +14,8 @@ import gradio as gr
 from fovea.config import RETRIEVAL_MODES, FoveaConfig
 
 MAX_NEW_TOKENS_CAP = 256
-MAX_REPEATS = 9
-DEFAULT_REPEATS = 3        # interleaved timing repeats per Run: the headline is their median
+MAX_REPEATS = 15
+DEFAULT_REPEATS = 7        # interleaved timing repeats per Run (at most; see app.timing.TIMING_BUDGET_S)
 DEFAULTS = FoveaConfig()
 # order of the controls, i.e. of the callback arguments that carry them
 SETTING_NAMES = ("mode", "rho", "k_min", "k_max", "fixed_k", "depth", "top_k", "total_tokens",
@@ -53,7 +53,8 @@ def settings_panel(cap: int = MAX_NEW_TOKENS_CAP, initial: FoveaConfig = DEFAULT
             top_p = gr.Slider(0.05, 1.0, value=d.top_p, step=0.05, label="Top-p")
             seed = gr.Number(value=d.seed, precision=0, label="Seed")
         repeats = gr.Slider(1, MAX_REPEATS, value=DEFAULT_REPEATS, step=1, label="Timing repeats",
-                            info="each method runs this many times, interleaved; the speedup is their median")
+                            info="each method runs up to this many times, interleaved (at least 3, then until "
+                                 "the timing budget is spent); the speedup is their median")
     gr.Markdown("Greedy decoding is lossless: FOVEA's answer equals the target's own, token for token. "
                 "Speculative sampling preserves the target's output distribution, not its exact tokens, so with "
                 "sampling the two answers are different valid samples.", elem_classes=["fv-note"])

@@ -1,9 +1,18 @@
-"""Decouple a decoder stream from the UI that renders it.
+"""Decouple a decoder stream from the UI that renders it, on one long-lived decode thread.
 
 `pipeline.stream` is a generator: while the app renders a round, the decoder would sit paused
 and its wall clock (GenerationResult.wall_s) would include the app's rendering. `BackgroundStream`
-drains the stream in a worker thread so the decoder never waits for the UI; `batches` hands
+drains the stream on the decode thread so the decoder never waits for the UI; `batches` hands
 the consumer everything that arrived since its last look, so rendering never falls behind.
+
+Every stream of the process runs on the *same* thread, one after another. A fresh thread per
+decode was measured to slow FOVEA by 60% and autoregressive decoding by 18% (2 cores, the bundled
+model): torch's OpenMP runtime gives each new calling thread its own worker team, and the teams
+of finished threads keep spinning on the cores the next decode needs. One thread also means every
+method is timed the same way, and two users' decodes never run at once. The same holds for any
+torch work: a model loaded on the main thread and decoded here ran FOVEA ~2x slower, and so did
+the renderers' lazy trace conversions (an LM-head matmul) on gradio's worker threads. So the app
+loads its model here and `prepare` converts each streamed record here, before the UI reads it.
 Pure threading + queue; knows nothing about gradio or fovea.
 """
 from __future__ import annotations
@@ -15,19 +24,68 @@ from typing import Iterator
 _DONE = object()
 
 
-class BackgroundStream:
-    """Iterate `stream` in a daemon thread. Errors re-raise in the consumer; `close()` (also on
-    garbage collection of the consuming generator) asks the worker to stop after its current item."""
+class _DecodeThread:
+    """One daemon thread that runs submitted jobs (callables) in order, started on first use."""
 
-    def __init__(self, stream: Iterator, name: str = "fovea-decode"):
+    def __init__(self, name: str = "fovea-decode"):
+        self._jobs: queue.Queue = queue.Queue()
+        self._name = name
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, job) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+                self._thread.start()
+        self._jobs.put(job)
+
+    def _loop(self) -> None:
+        while True:
+            self._jobs.get()()
+
+
+DECODE_THREAD = _DecodeThread()
+
+
+def run_on_decode_thread(fn, thread: _DecodeThread = DECODE_THREAD):
+    """fn() on the decode thread, this thread blocked until it returns; its value or its error."""
+    box: dict = {}
+    done = threading.Event()
+
+    def job():
+        try:
+            box["value"] = fn()
+        except BaseException as err:       # re-raised in the caller
+            box["error"] = err
+        finally:
+            done.set()
+    thread.submit(job)
+    done.wait()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+class BackgroundStream:
+    """Iterate `stream` on the shared decode thread. Errors re-raise in the consumer; `close()` (also
+    on garbage collection of the consuming generator) asks the decoder to stop after its current
+    item."""
+
+    def __init__(self, stream: Iterator, prepare=None, thread: _DecodeThread = DECODE_THREAD):
+        """prepare(item), when given, runs on the decode thread before the item is handed over."""
         self._queue: queue.Queue = queue.Queue()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._work, args=(stream,), name=name, daemon=True)
-        self._thread.start()
+        self._finished = threading.Event()
+        thread.submit(lambda: self._work(stream, prepare))
 
-    def _work(self, stream: Iterator) -> None:
+    def _work(self, stream: Iterator, prepare) -> None:
         try:
+            if self._stop.is_set():        # closed while it waited for its turn
+                return
             for item in stream:
+                if prepare is not None:
+                    prepare(item)
                 self._queue.put((item, None))
                 if self._stop.is_set():
                     break
@@ -38,6 +96,7 @@ class BackgroundStream:
             close = getattr(stream, "close", None)
             if close is not None:
                 close()
+            self._finished.set()
         self._queue.put((_DONE, None))
 
     def batches(self) -> Iterator[list]:
@@ -65,5 +124,6 @@ class BackgroundStream:
     def close(self) -> None:
         self._stop.set()
 
-    def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until this stream's decoding has ended; True when it has."""
+        return self._finished.wait(timeout)

@@ -12,6 +12,17 @@ import statistics
 from dataclasses import dataclass, field
 
 BASELINE = "autoregressive"
+# Timed repeats stop early once this much time has gone into them (after MIN_REPEATS). A 25-token
+# answer decodes in ~0.1 s, where one paired ratio swings 0.75-1.3x on 2 cores; the median of 7 held
+# 10 requests of the same input within max/min ~1.2 (assets/results/app_timing.json). Long answers
+# swing less and get fewer repeats, so a Run never spends more than a few seconds timing.
+TIMING_BUDGET_S = 4.0
+MIN_REPEATS = 3
+
+
+def keep_timing(repeat: int, elapsed_s: float, budget_s: float = TIMING_BUDGET_S) -> bool:
+    """Whether to start timed repeat `repeat` (0-based) after `elapsed_s` seconds of timing."""
+    return repeat < MIN_REPEATS or elapsed_s < budget_s
 
 
 def interleaved_order(methods: list[str], repeat: int) -> list[str]:

@@ -144,6 +144,9 @@ class PrefillTrace:
     def emitted(self) -> list[int]:
         return [self.token]
 
+    def materialize(self) -> "PrefillTrace":
+        return self          # holds no tensors
+
     def fold_into(self, acc: "Accumulator") -> None:
         acc.tokens.append(self.token)
         acc.prefill_ms += self.ms
@@ -201,6 +204,13 @@ class IterationTrace:
         -1 when the token is the bonus (produced by the target itself)."""
         return self.parents[self.accepted[k]] if k < len(self.accepted) else -1
 
+    def materialize(self) -> "IterationTrace":
+        """Convert every lazily kept tensor now (tree lists, the retrieval log with its top tokens),
+        so that later reads on another thread run no torch op (see app.streaming)."""
+        _ = self.tokens, self.parents, self.depths, self.scores
+        len(self.retrieval)
+        return self
+
     def fold_into(self, acc: "Accumulator") -> None:
         acc.tokens.extend(self.emitted)
         acc.rounds.append(self)
@@ -223,6 +233,9 @@ class StepTrace:
     @property
     def ms(self) -> float:
         return self.forward_ms
+
+    def materialize(self) -> "StepTrace":
+        return self          # holds no tensors
 
     def fold_into(self, acc: "Accumulator") -> None:
         acc.tokens.append(self.token)

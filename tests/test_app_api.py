@@ -115,7 +115,7 @@ BAD_INPUTS = {
     "zero_tokens": (dict(max_new_tokens=0), "Max new tokens must be a whole number between 1 and 256"),
     "too_many_tokens": (dict(max_new_tokens=10_000), "Max new tokens must be a whole number between 1 and 256"),
     "k_min_above_k_max": (dict(k_min=40, k_max=8), "lower K_min or raise K_max"),
-    "zero_repeats": (dict(repeats=0), "Timing repeats must be a whole number between 1 and 9"),
+    "zero_repeats": (dict(repeats=0), "Timing repeats must be a whole number between 1 and 15"),
 }
 
 

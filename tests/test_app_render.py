@@ -292,3 +292,28 @@ def test_legend_names_every_depth_colour_and_the_last_covers_deeper_levels():
     assert all(c in out for c in render.DEPTH_COLOURS)
     assert f"depth {n}+" in out and f"depth {n + 1}" not in out
     assert render.depth_style(9) == render.depth_style(n)
+
+
+def test_every_stream_and_job_runs_on_the_one_decode_thread():
+    """app.streaming: all torch work of the app on one long-lived thread (fresh threads per decode,
+    or a model loaded on another thread, measured ~2x slower)."""
+    from app.streaming import run_on_decode_thread
+
+    seen = []
+
+    def producer():
+        seen.append(threading.get_ident())
+        yield 1
+
+    prepared = []
+    for _ in range(3):
+        for _ in BackgroundStream(producer(), prepare=lambda item: prepared.append(threading.get_ident())).batches():
+            pass
+    job = run_on_decode_thread(threading.get_ident)
+    assert len(set(seen)) == 1 and set(prepared) == set(seen) and job == seen[0] != threading.get_ident()
+
+    def fails():
+        raise KeyError("inside")
+    with pytest.raises(KeyError, match="inside"):
+        run_on_decode_thread(fails)
+    assert run_on_decode_thread(lambda: 7) == 7                # the thread survives a failed job

@@ -108,3 +108,35 @@ def test_decode_records_top5_per_corrected_state_and_the_tree_grows_from_the_cor
     children = {rounds[0].tokens[c] for c, p in enumerate(rounds[0].parents) if p == 0}
     assert root.top_after[0][0] in children
     assert all(r.flipped is False for it in rounds for r in it.retrieval.values())
+
+
+class _CountTorchCalls(torch.overrides.TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_materialized_record_is_read_without_any_torch_op(tiny_pipeline):
+    """The app converts records on its decode thread (app.streaming): reading one afterwards, its
+    retrieval log and top tokens included, must not run torch (no second thread ever does)."""
+    pipe = tiny_pipeline
+    cfg = FoveaConfig().replace(decoding={"max_new_tokens": 8}, tree=dict(depth=3, top_k=2, total_tokens=6))
+    prompt = pipe.target.prepare(*pipe.random_example("scene", 7))
+    records = [r.materialize() for r in generate(pipe.target, fovea(pipe.drafters["fovea"]), prompt, cfg)]
+    rounds = [r for r in records if isinstance(r, IterationTrace)]
+    assert rounds and any(len(r.retrieval) for r in rounds)
+    with _CountTorchCalls() as mode:
+        for r in rounds:
+            _ = r.tokens, r.parents, r.depths, r.scores, r.rejected, r.accept_length
+            for node, got in r.retrieval.items():
+                _ = got.indices, got.weights, got.top_before, got.top_after, got.flipped
+    assert mode.calls == 0
+    fresh = next(r for r in generate(pipe.target, fovea(pipe.drafters["fovea"]), prompt, cfg)
+                 if isinstance(r, IterationTrace))
+    with _CountTorchCalls() as mode:                      # an unconverted one does run torch when read
+        _ = [got.top_before for got in fresh.retrieval.values()]
+    assert mode.calls > 0
