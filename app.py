@@ -25,7 +25,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="interface to bind (default: env GRADIO_SERVER_NAME, else 127.0.0.1; Spaces set 0.0.0.0)")
     p.add_argument("--port", type=int, default=None, help="port (default: env GRADIO_SERVER_PORT, else 7860)")
     p.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY,
-                   help="decoding requests served at once; the rest wait in the queue")
+                   help="requests served at once (their decodes take turns on one decode thread); the rest wait in the queue")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads per process (default: torch's choice; 1 suits small models on few cores)")
     p.add_argument("--tiny-random", action="store_true",

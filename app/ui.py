@@ -26,7 +26,7 @@ log = logging.getLogger("fovea.app")
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES_DIR = ROOT / "assets" / "examples"
 CSS_PATH = Path(__file__).with_name("studio.css")
-DEFAULT_CONCURRENCY = 2          # decoding requests run at once; the rest wait in the queue
+DEFAULT_CONCURRENCY = 2          # requests served at once (decodes take turns on one decode thread)
 QUEUE_MAX_SIZE = 64
 HEADER = """# FOVEA Studio
 Speculative decoding for a vision-language model: a small **drafter** proposes a tree of tokens, the

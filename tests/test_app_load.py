@@ -1,7 +1,9 @@
 """Load test: 8 gradio_client users x 3 requests each, at once, against the app launched with a
-queue concurrency limit of 2. Every request completes without error, no more than 2 decodes
-run at a time, and each user only ever gets figures of their own input (question, image hash,
-answer equal to a single-threaded reference, focus view of their own run)."""
+queue concurrency limit of 2. Every request completes without error, and each user only ever
+gets figures of their own input (question, image hash, answer equal to a single-threaded
+reference, focus view of their own run). Two requests are served at once, but their decodes take
+turns on the app's one decode thread (app.streaming), so no decode ever runs beside another and
+every timing is taken alone."""
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -84,4 +86,4 @@ def test_concurrent_users_all_complete_with_only_their_own_data(tiny_pipeline, i
     finally:
         demo.close()
     assert problems == []
-    assert 1 < counting.peak <= LIMIT, f"peak concurrent decodes {counting.peak}, limit {LIMIT}"
+    assert counting.peak == 1, f"{counting.peak} decodes ran at once; they must take turns on the decode thread"
