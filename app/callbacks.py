@@ -145,15 +145,15 @@ class Callbacks:
         or the GIL meanwhile (a consumer folding records on its own thread slowed FOVEA by ~60%).
         Otherwise the records stream back and `live(acc)` is yielded at most every STREAM_EVERY_S:
         that pass is shown, never timed."""
-        strategy = (AUTOREGRESSIVE, "autoregressive", FOVEA) if method == AUTOREGRESSIVE else (FOVEA, "fovea", method)
+        # pipeline method and drafter: every lane but the target's own is the tree drafter over its drafter
+        kind, drafter = (AUTOREGRESSIVE, FOVEA) if method == AUTOREGRESSIVE else (FOVEA, method)
         if live is None:
-            result = run_on_decode_thread(lambda: _materialized(
-                self.pipeline.generate(img, q, cfg, strategy[1], strategy[2])))
+            result = run_on_decode_thread(lambda: _materialized(self.pipeline.generate(img, q, cfg, kind, drafter)))
             result.method = method
             return result
-        acc = self.pipeline.accumulator(strategy[0])
+        acc = self.pipeline.accumulator(kind)
         last = 0.0
-        stream = self.pipeline.stream(img, q, cfg, strategy[1], strategy[2])
+        stream = self.pipeline.stream(img, q, cfg, kind, drafter)
         for batch in BackgroundStream(stream, prepare=lambda record: record.materialize()).batches():
             acc.extend(batch)
             if not acc.done and time.perf_counter() - last >= STREAM_EVERY_S:

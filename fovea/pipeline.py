@@ -101,7 +101,7 @@ class FoveaPipeline:
     def from_pretrained(cls, target=None, drafter=None, baseline_drafter=None) -> "FoveaPipeline":
         """A target (bundled, LLaVA-1.5, LLaVA-NeXT or Qwen2.5-VL folder or Hub id, see
         `fovea.backbones.load_backbone`) and drafter(s); None = the committed bundled assets.
-        `baseline_drafter` (default assets/drafter_nocorr with the bundled target) is the
+        `baseline_drafter` (default assets/drafter_nocorr with the committed default target) is the
         no-correction drafter."""
         from fovea.backbones import load_backbone
 
@@ -111,12 +111,14 @@ class FoveaPipeline:
         tgt = load_backbone(target_ref) if target_ref else bundled.load_target(bundled.DEFAULT_TARGET_DIR)
         drafters = {"fovea": Drafter.from_pretrained(drafter or os.environ.get("FOVEA_DRAFTER")
                                                      or bundled.DEFAULT_DRAFTER_DIR)}
-        bundled_target = isinstance(tgt, bundled.BundledTarget)
-        default_base = bundled.ASSETS / "drafter_nocorr" if bundled_target else None
+        # the committed baseline and text-context drafters belong to the committed default target only
+        default_target = isinstance(tgt, bundled.BundledTarget) and (
+            not target_ref or Path(target_ref).resolve() == Path(bundled.DEFAULT_TARGET_DIR).resolve())
+        default_base = bundled.ASSETS / "drafter_nocorr" if default_target else None
         base_dir = Path(baseline_drafter) if baseline_drafter else default_base
         if base_dir is not None and base_dir.exists():
             drafters["no_correction"] = Drafter.from_pretrained(base_dir)
-        if bundled_target:   # the cache-friendly (text-context) pair, where built
+        if default_target:   # the cache-friendly (text-context) pair, where built
             for name, folder in bundled.TEXT_CONTEXT_DRAFTER_DIRS.items():
                 if (folder / "config.json").exists():
                     drafters[name] = Drafter.from_pretrained(folder)

@@ -44,6 +44,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--methods", nargs="+", choices=sorted(METHODS))
     p.add_argument("--target", type=Path)
     p.add_argument("--drafter", type=Path)
+    p.add_argument("--baseline-drafter", type=Path,
+                   help="the no-correction drafter (default assets/drafter_nocorr with the bundled target)")
     p.add_argument("--assistant", type=Path, help="assistant LM folder for hf_assisted (default assets/assistant)")
     p.add_argument("--tiny-random", action="store_true", help="random tiny model (smoke tests, no assets)")
     p.add_argument("--out", type=Path, help="results folder (default assets/results/bench, "
@@ -81,7 +83,8 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads or (1 if args.tiny_random else 2))
     from fovea.pipeline import FoveaPipeline
 
-    pipe = FoveaPipeline.tiny_random() if args.tiny_random else FoveaPipeline.from_pretrained(args.target, args.drafter)
+    pipe = FoveaPipeline.tiny_random() if args.tiny_random else \
+        FoveaPipeline.from_pretrained(args.target, args.drafter, args.baseline_drafter)
     max_new = args.max_new_tokens or (64 if args.tree_sweep else preset["max_new_tokens"])
     base = FoveaConfig().replace(decoding={"max_new_tokens": max_new, "trace": False})
     if args.tree_sweep:
