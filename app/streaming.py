@@ -5,14 +5,14 @@ and its wall clock (GenerationResult.wall_s) would include the app's rendering. 
 drains the stream on the decode thread so the decoder never waits for the UI; `batches` hands
 the consumer everything that arrived since its last look, so rendering never falls behind.
 
-Every stream of the process runs on the *same* thread, one after another. A fresh thread per
-decode was measured to slow FOVEA by 60% and autoregressive decoding by 18% (2 cores, the bundled
-model): torch's OpenMP runtime gives each new calling thread its own worker team, and the teams
-of finished threads keep spinning on the cores the next decode needs. One thread also means every
-method is timed the same way, and two users' decodes never run at once. The same holds for any
-torch work: a model loaded on the main thread and decoded here ran FOVEA ~2x slower, and so did
-the renderers' lazy trace conversions (an LM-head matmul) on gradio's worker threads. So the app
-loads its model here and `prepare` converts each streamed record here, before the UI reads it.
+Every stream of the process runs on the *same* thread, one after another, and so does every other
+torch call the app makes. Measured on 2 cores with the bundled model (20 interleaved pairs): a model
+loaded on the main thread and decoded on another ran FOVEA ~2x slower (speedup 1.41x -> 1.00x); a
+consumer thread folding records while the decoder ran, and lazy trace conversions (an LM-head
+matmul) on gradio's worker threads, slowed it the same way. (torch's OpenMP worker pools per calling
+thread are the likely cause; only the slowdown was measured.) So the app loads its model here and
+`prepare` converts each streamed record here, before the UI reads it. One thread also means every
+method is timed the same way, and two users' decodes never run at once.
 Pure threading + queue; knows nothing about gradio or fovea.
 """
 from __future__ import annotations

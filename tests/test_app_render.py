@@ -295,8 +295,8 @@ def test_legend_names_every_depth_colour_and_the_last_covers_deeper_levels():
 
 
 def test_every_stream_and_job_runs_on_the_one_decode_thread():
-    """app.streaming: all torch work of the app on one long-lived thread (fresh threads per decode,
-    or a model loaded on another thread, measured ~2x slower)."""
+    """app.streaming: all torch work of the app on one long-lived thread (a model loaded on another
+    thread, or records folded on a consumer thread while decoding, measured ~2x slower)."""
     from app.streaming import run_on_decode_thread
 
     seen = []

@@ -45,7 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--target", type=Path)
     p.add_argument("--drafter", type=Path)
     p.add_argument("--baseline-drafter", type=Path,
-                   help="the no-correction drafter (default assets/drafter_nocorr with the bundled target)")
+                   help="the no-correction drafter (default assets/drafter_nocorr with the default target)")
     p.add_argument("--assistant", type=Path, help="assistant LM folder for hf_assisted (default assets/assistant)")
     p.add_argument("--tiny-random", action="store_true", help="random tiny model (smoke tests, no assets)")
     p.add_argument("--out", type=Path, help="results folder (default assets/results/bench, "
