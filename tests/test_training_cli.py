@@ -254,3 +254,25 @@ def test_object_attribute_targets_follow_each_object_and_train_on_mention_states
     loss = heads(hidden, {"ground": ground, "object_attrs": attrs})
     loss.backward()
     assert loss > 0 and hidden.grad[0, 2].abs().sum() > 0 and hidden.grad[0, 1].abs().sum() == 0
+
+
+def test_rescore_rereads_saved_answers_at_their_slot_without_a_model(tmp_path):
+    from fovea.data import eval_seeds
+    from fovea.training.evaluate import main as evaluate_main
+
+    seed, s = next((seed, s) for seed, s in ((seed, make_sample(seed, "chart", "value")) for seed in eval_seeds(200))
+                   if int(s.short_answer) != len(s.objects))
+    label = s.question.split()[-1].rstrip("?")
+    wrong = str(int(s.short_answer) % 9 + 1)
+    rows = [{"split": "train", "task": "chart/value", "seed": seed, "question": s.question, "gold": s.short_answer,
+             "correct": True, "output": f"The value of {label} is {wrong}. The chart shows {s.short_answer} bars."}]
+    out = tmp_path / "accuracy.json"
+    out.write_text(json.dumps({"accuracy": {"train": {"chart/value": 1.0}}}))
+    (tmp_path / "accuracy_answers.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    evaluate_main(["--out", str(out), "--rescore"])
+    report = json.loads(out.read_text())
+    assert report["accuracy"] == {"train": {"chart/value": 0.0}} and not report["meets_bar"]
+    assert "whole-word" in report["scorer_note"]
+    assert json.loads((tmp_path / "accuracy_answers.jsonl").read_text())["correct"] is False
+    with pytest.raises(SystemExit, match="run the evaluation first"):
+        evaluate_main(["--out", str(tmp_path / "missing.json"), "--rescore"])

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from fovea.data import NUM_LABELS, TASKS, eval_seeds, iter_corpus_text, make_conversation, make_sample
+from fovea.data.scoring import answer_correct
 from fovea.models.bundled import (BundledModelConfig, DEFAULT_TARGET_DIR, PROMPT_ORDERS, build_model,
                                   encode_prompt, image_to_pixels, load_tokenizer, prompt_format, save_config_json,
                                   train_tokenizer)
@@ -266,16 +266,11 @@ def glyph_centres(samples) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.long).reshape(-1, 3)
 
 
-def answers_match(short_answer: str, text: str) -> bool:
-    """The scored fact appears as whole words in the generated answer."""
-    return bool(re.search(r"(?<!\w)" + re.escape(short_answer) + r"(?!\w)", text))
-
-
 @torch.no_grad()
 def evaluate(model, tokenizer, n_per_task: int = 20, max_new_tokens: int = 96, tasks=ALL_TASKS,
              split: str = "train", details: list | None = None) -> dict:
-    """Exact-answer accuracy on held-out seeds (never used in training) of the given split: the short
-    answer appears as whole words in the greedy output. `details` collects (task, question, gold, output)."""
+    """Exact-answer accuracy on held-out seeds (never used in training) of the given split, each greedy
+    output scored at its answer slot (fovea.data.scoring). `details` collects (task, question, gold, output)."""
     was = model.training
     model.eval()
     n_image, order = prompt_format(model.config)
@@ -289,7 +284,7 @@ def evaluate(model, tokenizer, n_per_task: int = 20, max_new_tokens: int = 96, t
             out = model.generate(input_ids=ids, pixel_values=image_to_pixels(s.image, size), do_sample=False,
                                  max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
             text = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
-            ok = answers_match(s.short_answer, text)
+            ok = answer_correct(s, text)
             hits += ok
             if details is not None:
                 details.append({"task": f"{family}/{task}", "seed": seed, "question": s.question,
