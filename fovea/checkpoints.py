@@ -4,11 +4,14 @@ loader would fail with a library traceback.
 The loaders call these: `Drafter.from_pretrained` (weights file, config vs weights),
 `fovea.models.bundled.load_target` (weights files, tokenizer) and `FoveaPipeline` (a drafter bound
 to a target it was not built for). Everything is read from file headers and config values, so a
-check costs milliseconds and never loads a tensor. Knows nothing about decoding.
+check costs milliseconds and never loads a tensor; the one exception is `target_fingerprint`, a hash
+of the loaded target's LM head (~1 ms). Knows nothing about decoding.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import warnings
 from pathlib import Path
 
 SAFETENSORS_HEADER_BYTES = 8        # little-endian u64: the JSON header's length
@@ -98,15 +101,37 @@ def check_state_shapes(model, path: Path, what: str) -> None:
                               f"{RETRAIN_DRAFTER}.")
 
 
+class TargetMismatchWarning(UserWarning):
+    """A drafter trained with another target of the same shape: decoding stays lossless (the target
+    verifies every token) but acceptance, so speed, is whatever that mismatch leaves."""
+
+
+def target_fingerprint(target) -> str:
+    """16 hex digits naming a target's weights: a hash of its LM head in float16 (the dtype the
+    bundled checkpoints are saved in, so a reload hashes the same). Any training step changes it."""
+    import torch
+
+    head = target.lm_head_weight.detach().to("cpu", dtype=torch.float16).contiguous()
+    return hashlib.sha256(head.numpy().tobytes()).hexdigest()[:16]
+
+
 def check_drafter_fits_target(drafter, target, name: str = "drafter") -> None:
     """A drafter shares the target's embedding, LM head and hidden space, so its hidden size,
-    vocabulary and memory width (the target's projected visual tokens) must all be the target's."""
+    vocabulary and memory width (the target's projected visual tokens) must all be the target's.
+    A drafter saved with the fingerprint of the target it was trained with warns
+    (TargetMismatchWarning) when bound to another target of the same shape."""
     cfg = drafter.cfg
-    if (cfg.hidden_size, cfg.vocab_size, cfg.memory_dim) == (target.hidden_size, target.vocab_size,
-                                                                target.hidden_size):
-        return
     source = getattr(drafter, "source", None)
     where = f" at {source}" if source else ""
+    if (cfg.hidden_size, cfg.vocab_size, cfg.memory_dim) == (target.hidden_size, target.vocab_size,
+                                                                target.hidden_size):
+        trained_for = getattr(drafter, "trained_for", None)
+        if trained_for and trained_for != target_fingerprint(target):
+            warnings.warn(f"The drafter {name!r}{where} was trained with another target (fingerprint {trained_for}, "
+                          f"this one is {target_fingerprint(target)}): answers stay exactly the target's, but "
+                          f"fewer draft tokens will be accepted; retrain it for this target with "
+                          f"{RETRAIN_DRAFTER}.", TargetMismatchWarning, stacklevel=2)
+        return
     raise CheckpointError(f"The drafter {name!r}{where} was built for a target with hidden size {cfg.hidden_size}, "
                           f"a {cfg.vocab_size}-token vocabulary and {cfg.memory_dim}-wide visual tokens, but this "
                           f"target has hidden size {target.hidden_size} and a {target.vocab_size}-token "

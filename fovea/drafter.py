@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from fovea.checkpoints import target_fingerprint
 from fovea.config import CorrectionConfig, DrafterConfig, RetrievalConfig, from_dict
 from fovea.correction import GatedCorrection
 from fovea.layers import DecoderBlock, KVBuffer, RMSNorm, rotary, rotary_table
@@ -42,6 +43,8 @@ class Drafter(nn.Module):
         self.norm = RMSNorm(d, cfg.rms_eps)
         self.embed_weight: torch.Tensor | None = None     # bound from the target, not a parameter
         self.lm_head_weight: torch.Tensor | None = None
+        self.trained_for: str | None = None   # fingerprint of the target a saved drafter was trained with
+        self.bound_to: str | None = None      # fingerprint of the target it is bound to now
 
     # ---- binding and persistence -------------------------------------------------------------
     def bind(self, target) -> "Drafter":
@@ -54,6 +57,7 @@ class Drafter(nn.Module):
         self.to(device)
         self.embed_weight = target.embed_weight.detach().float()
         self.lm_head_weight = target.lm_head_weight.detach().to(device).float()
+        self.bound_to = target_fingerprint(target)
         return self
 
     @property
@@ -67,7 +71,8 @@ class Drafter(nn.Module):
         folder.mkdir(parents=True, exist_ok=True)
         save_file({k: v.detach().to(dtype).contiguous() for k, v in self.state_dict().items()},
                   str(folder / "model.safetensors"))
-        meta = {"drafter": asdict(self.cfg), "correction": asdict(self.correction_cfg), "key_dim": self.key_dim}
+        meta = {"drafter": asdict(self.cfg), "correction": asdict(self.correction_cfg), "key_dim": self.key_dim,
+                "target_fingerprint": self.bound_to or self.trained_for}
         (folder / "config.json").write_text(json.dumps(meta, indent=2))
 
     @classmethod
@@ -94,6 +99,7 @@ class Drafter(nn.Module):
         state = {k: v.float() for k, v in load_file(str(folder / "model.safetensors")).items()}
         model.load_state_dict(state)
         model.source = str(folder)      # named in messages about this drafter (e.g. a target mismatch)
+        model.trained_for = meta.get("target_fingerprint")
         return model.eval()
 
     # ---- the two calls the decode loop makes ------------------------------------------------

@@ -148,3 +148,28 @@ def test_tiny_checkpoints_built_here_are_refused_the_same_way(tiny_pipeline, tmp
 
 def test_checkpoint_error_is_caught_where_loading_errors_are():
     assert issubclass(CheckpointError, ValueError) and issubclass(CheckpointError, OSError)
+
+
+def test_a_drafter_remembers_its_target_and_warns_on_another_of_the_same_shape(tiny_pipeline, tmp_path):
+    import warnings
+
+    from fovea.checkpoints import TargetMismatchWarning, target_fingerprint
+
+    target = tiny_pipeline.target
+    tiny_pipeline.drafters["fovea"].save_pretrained(tmp_path / "d")
+    saved = json.loads((tmp_path / "d" / "config.json").read_text())["target_fingerprint"]
+    assert saved == target_fingerprint(target) and len(saved) == 16
+    reloaded = Drafter.from_pretrained(tmp_path / "d")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        FoveaPipeline(target, {"fovea": reloaded})                  # its own target: silent
+    other = FoveaPipeline.tiny_random(seed=1).target                  # same shapes, other weights
+    assert target_fingerprint(other) != saved
+    with pytest.warns(TargetMismatchWarning, match="was trained with another target .* answers stay exactly"):
+        FoveaPipeline(other, {"fovea": Drafter.from_pretrained(tmp_path / "d")})
+    legacy = json.loads((tmp_path / "d" / "config.json").read_text())
+    del legacy["target_fingerprint"]                                  # drafters saved before fingerprints
+    (tmp_path / "d" / "config.json").write_text(json.dumps(legacy))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        FoveaPipeline(other, {"fovea": Drafter.from_pretrained(tmp_path / "d")})
