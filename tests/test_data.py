@@ -1,5 +1,6 @@
 """Properties of the procedural data generator (fovea.data): determinism,
 seed ranges, answer wording, object masks, mentions and patch labels."""
+import dataclasses
 import re
 
 import numpy as np
@@ -314,3 +315,15 @@ def test_save_examples_writes_two_pngs_per_family(tmp_path):
     paths = save_examples(tmp_path)
     assert len(paths) == 2 * len(FAMILIES)
     assert all(p.exists() and p.suffix == ".png" for p in paths)
+
+
+def test_mention_share_counts_the_answer_tokens_that_name_the_image():
+    from fovea.models.bundled import ASSETS, load_tokenizer
+    from fovea.training.packing import mention_share
+
+    tok = load_tokenizer(ASSETS / "target_v2")
+    value = [make_sample(seed, "chart", "value") for seed in eval_seeds(10)]
+    share = mention_share(tok, value)
+    assert 0.2 < share < 0.6        # the listed pairs and the answer are mentions, the template words not
+    unnamed = [dataclasses.replace(s, mentions=[]) for s in value]
+    assert mention_share(tok, unnamed) == 0.0

@@ -28,12 +28,21 @@ def _sample(family, task, **want):
 
 
 def test_a_number_elsewhere_in_the_answer_does_not_score_a_value():
-    s = _sample("chart", "value", small=lambda s: int(s.short_answer) != len(s.objects) and len(s.objects) > 1)
+    s = _sample("chart", "value", several=lambda s: len(s.objects) > 1)
     label = s.question.split()[-1].rstrip("?")
     wrong = str((int(s.short_answer) % 9) + 1)
-    text = f"The value of {label} is {wrong}. The chart shows {s.short_answer} bars in total."
-    assert not answer_correct(s, text)
-    assert answer_correct(s, f"The value of {label} is {s.short_answer}. The chart shows {wrong} bars.")
+    listing = f"From left to right, the chart shows {label} is {s.short_answer} and Q is {wrong}."
+    assert not answer_correct(s, f"{listing} So bar {label} has a value of {wrong}.")
+    assert answer_correct(s, f"{listing} So bar {label} has a value of {s.short_answer}.")
+
+
+def test_spatial_is_the_last_shape_named():
+    s = _sample("scene", "spatial")
+    ref = s.question.split(" the ")[-1].rstrip("?")
+    other = "red circle" if s.short_answer != "red circle" else "blue square"
+    assert answer_correct(s, f"The {ref} sits in the centre. Above it is a large {s.short_answer}.")
+    assert not answer_correct(s, f"The {s.short_answer} sits in the centre. Above it is a large {other}.")
+    assert not answer_correct(s, "Above it is nothing.")
 
 
 def test_ocr_read_needs_every_word_and_no_extra_one():

@@ -265,7 +265,8 @@ def test_rescore_rereads_saved_answers_at_their_slot_without_a_model(tmp_path):
     label = s.question.split()[-1].rstrip("?")
     wrong = str(int(s.short_answer) % 9 + 1)
     rows = [{"split": "train", "task": "chart/value", "seed": seed, "question": s.question, "gold": s.short_answer,
-             "correct": True, "output": f"The value of {label} is {wrong}. The chart shows {s.short_answer} bars."}]
+             "correct": True,
+             "output": f"From left to right, the chart shows {label} is {s.short_answer}. So bar {label} has a value of {wrong}."}]
     out = tmp_path / "accuracy.json"
     out.write_text(json.dumps({"accuracy": {"train": {"chart/value": 1.0}}}))
     (tmp_path / "accuracy_answers.jsonl").write_text(json.dumps(rows[0]) + "\n")

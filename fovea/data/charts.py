@@ -95,11 +95,11 @@ def ask(layout: Layout, task: str, choice, rng: random.Random) -> QA:
     bars = layout.bars
     n = len(bars)
     values = text.join([Name(str(bar.value), i) for i, bar in enumerate(bars)])  # "3, 7, 5 and 2"
-    fields = dict(count=text.count(n, "bar"), be=text.be(n), values=values)
+    pairs = text.join([[Name(bar.label, i), " is ", Name(str(bar.value), i)] for i, bar in enumerate(bars)])
+    fields = dict(count=text.count(n, "bar"), be=text.be(n), values=values, pairs=pairs)
     if task == "describe":
-        pairs = [[Name(bar.label, i), " is ", Name(str(bar.value), i)] for i, bar in enumerate(bars)]
-        short = text.fill("{pairs}", pairs=text.join(pairs))[0]  # "U is 2, X is 5 and P is 3": every bar
-        return text.ask(rng, text.CHART, task, short, pairs=text.join(pairs), **fields)
+        short = text.fill("{pairs}", pairs=pairs)[0]  # "U is 2, X is 5 and P is 3": every bar
+        return text.ask(rng, text.CHART, task, short, **fields)
     bar = bars[choice]
     short = bar.label if task == "highest" else str(bar.value)
     return text.ask(rng, text.CHART, task, short, label=Name(bar.label, choice), value=Name(str(bar.value), choice),

@@ -5,9 +5,12 @@ V is 2. The chart shows 4 bars ..."), so finding the short answer *anywhere* in 
 accuracy: the "4" of "4 bars" would score a question whose answer is 4. Each task is therefore scored
 at its answer slot, following the templates in fovea.data.text:
 
-- lookups (colour, position, spatial, OCR top, chart highest): the short answer appears as whole
-  words in the output's first sentence, where every template states it;
-- counts and values (scene count, OCR word count, chart value): the first number of the output;
+- lookups (colour, position, OCR top, chart highest): the short answer appears as whole words in
+  the output's first sentence, where every template states it;
+- scene spatial (the named shape is found first, then its neighbour): the last "<colour> <shape>"
+  the output names;
+- counts (scene count, OCR word count): the first number of the output;
+- chart value (every bar is read first, then the asked one): the last number of the output;
 - OCR read: the all-caps words of the first sentence are exactly the gold words, in order;
 - chart describe: the "<label> is <value>" pairs of the output are exactly the gold pairs, in order;
 - scene describe: the first number is the shape count, and the output's "<size> <colour> <shape> at
@@ -20,16 +23,18 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from fovea.data.scenes import POSITIONS
+from fovea.data.labels import COLOUR_RGB
+from fovea.data.scenes import KINDS, POSITIONS
 
 _NUMBER = re.compile(r"(?<!\w)\d+(?!\w)")
 _CAPS = re.compile(r"(?<!\w)[A-Z0-9]+(?!\w)")
 _PAIR = re.compile(r"(?<!\w)([A-Z]+) is (\d+)(?!\w)")
 _PLACES = "|".join(p for row in POSITIONS for p in row)
+_LABEL = re.compile(rf"\b(?:{'|'.join(COLOUR_RGB)}) (?:{'|'.join(KINDS)})\b")
 _ITEM = re.compile(rf"\b(large|small) ([a-z]+) ([a-z]+) (?:at|in) (?:the )?({_PLACES})\b")
 
-FIRST_SENTENCE = ("scene/colour", "scene/position", "scene/spatial", "ocr/top", "chart/highest")
-FIRST_NUMBER = ("scene/count", "ocr/word_count", "chart/value")
+FIRST_SENTENCE = ("scene/colour", "scene/position", "ocr/top", "chart/highest")
+FIRST_NUMBER = ("scene/count", "ocr/word_count")
 
 
 def first_sentence(text: str) -> str:
@@ -54,6 +59,12 @@ def answer_correct(sample, text: str) -> bool:
         return _whole_words(gold, first_sentence(text))
     if task in FIRST_NUMBER:
         return _first_number(text) == gold
+    if task == "scene/spatial":
+        named = _LABEL.findall(text)
+        return bool(named) and named[-1] == gold
+    if task == "chart/value":
+        numbers = _NUMBER.findall(text)
+        return bool(numbers) and numbers[-1] == gold
     if task == "ocr/read":
         return _CAPS.findall(first_sentence(text)) == gold.split()
     if task == "chart/describe":

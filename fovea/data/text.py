@@ -117,9 +117,11 @@ SCENE = {
     "count": {
         "q": ["How many {what} are there?", "How many {what} can you see in the image?",
               "Count the {what} in this picture."],
-        "a": ["There {be} {count} in the image: {items}. Altogether the picture contains {total}.",
-              "I count {count}: {items}. The whole image contains {total}.",
-              "The answer is {n}. I can see {items}, so there {be} {count}. The picture has {total} in total."],
+        # the evidence first, then the number: the count is read off the listed items
+        "a": ["I can see {items}, so there {be} {count} in the image. Altogether the picture contains {total}.",
+              "Going row by row from the top, I find {items}. That makes {count}, and the whole image "
+              "contains {total}.",
+              "Looking for {what}, I find {items}. So the answer is {n}, and the picture has {total} in total."],
     },
     "colour": {
         "q": ["What colour is the {shape}?", "Which colour does the {shape} have?", "Tell me the colour of the {shape}."],
@@ -131,11 +133,12 @@ SCENE = {
     "spatial": {
         "q": ["What is {relation} the {ref}?", "Which shape is {relation} the {ref}?",
               "Name the shape {relation} the {ref}."],
-        "a": ["{Relation} the {ref} there is {article} {size} {target}. The {ref} is {ref_pos} "
-              "and the {target} is {target_pos}.",
-              "The shape {relation} the {ref} is {article} {size} {target}, which sits {target_pos}. "
-              "There {be} {total} in the picture.",
-              "It is {article} {target}. You can find the {size} {target} {target_pos}, {relation} the {ref}."],
+        # find the named shape first, then name its neighbour: the answer is the last shape named
+        "a": ["The {ref} is {ref_pos}, so I look {relation} it: there is {article} {size} {target} {target_pos}.",
+              "First I find the {ref}, which sits {ref_pos}. {Relation} it, {target_pos}, is {article} {size} "
+              "{target}.",
+              "The {ref} sits {ref_pos}. The shape {relation} it is {article} {size} {target}, which sits "
+              "{target_pos}. There {be} {total} in the picture."],
     },
     "position": {
         "q": ["Where is the {target}?", "In which part of the image is the {target}?",
@@ -196,12 +199,11 @@ CHART = {
     "value": {
         "q": ["What is the value of bar {label}?", "How high is the bar labelled {label}?",
               "What number is shown above bar {label}?"],
-        "a": ["Bar {label} has a value of {value}. It is the {ordinal} of the {count} in the chart, "
-              "counting from the left.",
-              "The bar labelled {label} reaches {value}. That number is written above it, and it is the "
-              "{ordinal} bar from the left.",
-              "The value of {label} is {value}. The chart shows {count} in total, and {label} is the "
-              "{ordinal} one from the left."],
+        # read every bar first, then pick the asked one: the answer is the last number
+        "a": ["From left to right, the chart shows {pairs}. So bar {label} has a value of {value}.",
+              "Reading the {count} from the left: {pairs}. Bar {label} is the {ordinal} of them, and its "
+              "value is {value}.",
+              "Bar by bar from the left, {pairs}, so the value of {label} is {value}."],
     },
     "describe": {
         "q": ["Describe the chart.", "What does this bar chart show?", "List every bar and its value.",

@@ -89,6 +89,19 @@ def step_costs(target, repeats: int = 30) -> dict:
             "ratio": round(med["verify_16"] / med["step_1"], 2), "repeats": repeats}
 
 
+def mention_shares(tokenizer, n: int) -> dict[str, float]:
+    """Share of answer tokens inside mention spans, per family and overall, on n held-out questions
+    per task (the issue's aim: >= 30% overall)."""
+    from fovea.data import eval_seeds
+    from fovea.training.packing import mention_share
+
+    groups = {fam: [make_sample(seed, fam, task) for task in tasks for seed in eval_seeds(n)]
+              for fam, tasks in TASKS.items()}
+    shares = {fam: round(mention_share(tokenizer, samples), 3) for fam, samples in groups.items()}
+    shares["overall"] = round(mention_share(tokenizer, [s for g in groups.values() for s in g]), 3)
+    return shares
+
+
 def answers_path(out: Path) -> Path:
     return out.with_name(out.stem + "_answers.jsonl")
 
@@ -145,6 +158,7 @@ def main(argv=None) -> None:
         details += [{"split": split, **r} for r in rows]
     report = {"date": time.strftime("%Y-%m-%d"), "target": str(args.target), "n_per_task": args.n,
               "scorer": SCORER, "accuracy": acc, **bar_report(acc), "step_costs": step_costs(target),
+              "mention_share": mention_shares(target.tokenizer, args.n),
               "visual_probe_object_patches": probe_accuracy(target, args.target, max(4, args.n // 2)),
               "minutes": round((time.time() - t0) / 60, 2), "threads": torch.get_num_threads()}
     args.out.parent.mkdir(parents=True, exist_ok=True)

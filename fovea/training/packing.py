@@ -44,6 +44,17 @@ def answer_tokens(tokenizer, qa: QA, max_tokens: int) -> tuple[list[int], list[i
     return ids + [tokenizer.eos_token_id], obj + [-1], part + [None]
 
 
+def mention_share(tokenizer, samples) -> float:
+    """Share of answer tokens (EOS excluded) that overlap a mention span: how many of an answer's
+    tokens name what the image shows."""
+    named = total = 0
+    for s in samples:
+        _, obj, _ = answer_tokens(tokenizer, as_conversation(s).turns[0][1], 10_000)
+        named += sum(o >= 0 for o in obj[:-1])
+        total += len(obj) - 1
+    return named / max(total, 1)
+
+
 def sequence(tokenizer, conv: Conversation, fmt: tuple[int, str], max_answer_tokens: int = 96):
     """(ids, labels, mentioned object per token, mentioned text part per token) of one packed
     conversation; labels IGNORE off the answers, object -1 and part None off the mentions."""
