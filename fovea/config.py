@@ -71,6 +71,10 @@ class CorrectionConfig:
     use_gate: bool = True   # False: g == 1 (the "no gate" ablation)
     use_depth_embedding: bool = True
     max_tree_depth: int = 8  # size of the depth-embedding table
+    # False (the paper): only the LM-head input changes, children read the uncorrected state h.
+    # True (a deviation, measured in the README): children read h + g*c, so the image evidence a
+    # corrected state retrieved reaches the levels below it (train with the same setting).
+    propagate: bool = False
 
     def __post_init__(self) -> None:
         if self.max_depth < -1:

@@ -120,8 +120,8 @@ def draft_tree(drafter: Drafter, state: DraftState, root_token: int, memory: Vis
     expanded = torch.empty(0, dtype=torch.long)         # node id of each tree KV slot, in slot order
     clock.lap("draft/setup", 0)
     for level in range(1, depth + 1):
-        logits, got, gate = drafter.head(h, level - 1, memory, cfg.correction, cfg.retrieval, generator,
-                                         clock=clock, level=level)
+        logits, got, gate, pre = drafter.head_with_state(h, level - 1, memory, cfg.correction, cfg.retrieval,
+                                                         generator, clock=clock, level=level)
         if log is not None and got is not None:
             # references only: the uncorrected head runs when the trace is read, not here
             log.add(front, got, gate, logits, h, drafter.logits)
@@ -140,7 +140,9 @@ def draft_tree(drafter: Drafter, state: DraftState, root_token: int, memory: Vis
             front = n + pick
             expanded = torch.cat([expanded, front])
             # a child reads its parent's draft state: row pick // k of this level's h [k, D]
-            h = _expand(drafter, state, tok, anc, expanded, h[pick // k], level, clock)
+            # (its corrected state with correction.propagate)
+            parent = pre if cfg.correction.propagate else h
+            h = _expand(drafter, state, tok, anc, expanded, parent[pick // k], level, clock)
         n += width
     return _select(tok, par, dep, sco, anc, n, cfg.tree.total_tokens, log, clock)
 

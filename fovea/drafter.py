@@ -147,7 +147,15 @@ class Drafter(nn.Module):
              generator: torch.Generator | None = None, clock: Clock = NO_CLOCK,
              level: int = 0) -> tuple[torch.Tensor, Retrieved | None, torch.Tensor | None]:
         """h [S, D] draft states at tree depths [S] (or one int for all) -> (logits [S, V],
-        retrieval, gate [S]).
+        retrieval, gate [S]); see `head_with_state`."""
+        return self.head_with_state(h, depth, memory, correction, retrieval, generator, clock, level)[:3]
+
+    def head_with_state(self, h: torch.Tensor, depth: torch.Tensor | int, memory: VisualMemory | None,
+                        correction: CorrectionConfig, retrieval: RetrievalConfig,
+                        generator: torch.Generator | None = None, clock: Clock = NO_CLOCK,
+                        level: int = 0) -> tuple[torch.Tensor, Retrieved | None, torch.Tensor | None, torch.Tensor]:
+        """h [S, D] draft states at tree depths [S] (or one int for all) -> (logits [S, V],
+        retrieval, gate [S], LM-head input [S, D]: h + g * c where corrected, else h).
 
         States deeper than `correction.max_depth` (or all, when disabled / no memory) go straight
         to RMSNorm + LM head; the others get h + g * f([h; r]) first. h itself is never modified.
@@ -165,7 +173,7 @@ class Drafter(nn.Module):
                 clock.lap("draft/correction", level)
             logits = self.logits(pre)
             clock.lap("draft/head", level)
-            return logits, got, gate
+            return logits, got, gate, pre
         depth = depth.to(self.device)
         sel = depth <= correction.max_depth
         n_sel = int(sel.sum()) if use else 0
@@ -177,7 +185,7 @@ class Drafter(nn.Module):
             corrected, gate = self.corrector(h[sel], got.readout, correction.use_gate)
             pre = h.clone()
             pre[sel] = corrected
-        return self.logits(pre), got, gate
+        return self.logits(pre), got, gate, pre
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """h [S, D] -> LM-head logits [S, V] with no correction (RMSNorm + the target's head); the

@@ -75,3 +75,15 @@ def test_tree_sweep_compares_every_shape_on_tuning_questions(tmp_path):
     assert md.count("\n| ") == len(TREE_SHAPES) + 1 and "tuning questions" in md
     with pytest.raises(SystemExit):
         main(["--tree-sweep", "--tiny-random", "--methods", "fovea"])
+
+
+def test_extra_drafters_are_named_folders(tmp_path, capsys):
+    from fovea.bench.cli import parse_args
+
+    args = parse_args(["--drafters", f"fovea_text={tmp_path}"])
+    assert args.drafters == {"fovea_text": tmp_path}
+    for bad, says in (("fovea_text", "NAME=FOLDER"), ("=x", "NAME=FOLDER"),
+                      (f"fovea_text={tmp_path / 'missing'}", "is not a folder")):
+        with pytest.raises(SystemExit):
+            parse_args(["--drafters", bad])
+        assert says in capsys.readouterr().err

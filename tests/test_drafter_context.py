@@ -78,3 +78,29 @@ def test_text_context_survives_save_and_load(trained_text_pipeline, tmp_path):
     p = prompts(trained_text_pipeline, 1, offset=500)[0]
     assert run(trained_text_pipeline.target, fovea(loaded), p, CFG).tokens == \
         run(trained_text_pipeline.target, fovea(drafter), p, CFG).tokens
+
+
+def test_training_with_propagate_feeds_the_depth1_step_the_corrected_state(tiny_pipeline):
+    from fovea.config import CorrectionConfig
+    from fovea.data import make_sample
+    from fovea.training.drafter import answer_loss_mask, drafter_loss, target_artifacts
+    from fovea.training.packing import as_conversation, pack_batch
+
+    target = tiny_pipeline.target
+    torch.manual_seed(0)
+    drafter = Drafter(drafter_config_for(target)).bind(target).train()
+    for p in drafter.corrector.f.parameters():
+        torch.nn.init.normal_(p, std=0.05)           # an untrained corrector adds nothing; make it add
+    convs = [as_conversation(make_sample(seed)) for seed in range(2)]
+    batch = pack_batch(convs, target.tokenizer, (target.num_image_tokens, "image_first"), 1.0,
+                       image_size=target.image_size)
+    ids, att, lab = batch["input_ids"], batch["attention_mask"], batch["labels"]
+    art = target_artifacts(target, ids, att, batch["pixel_values"])
+    losses = {}
+    for propagate in (False, True):
+        loss, m = drafter_loss(drafter, art, ids, answer_loss_mask(lab), att, CorrectionConfig(propagate=propagate),
+                               image_token_id=target.image_token_id)
+        losses[propagate] = m
+        loss.backward()
+    assert losses[True]["hid1"] == pytest.approx(losses[False]["hid1"])      # depth 0 is the same
+    assert losses[True]["hid2"] != pytest.approx(losses[False]["hid2"])      # depth 1 reads h + g*c

@@ -84,6 +84,11 @@ def test_every_retrieval_mode_and_chain_is_lossless(trained_pipeline, mode):
     assert_lossless(trained_pipeline, prompts(trained_pipeline, 4, offset=200), cfg)
 
 
+def test_propagating_the_corrected_state_is_lossless(trained_pipeline):
+    cfg = CFG.replace(correction=dict(propagate=True, max_depth=3))
+    assert_lossless(trained_pipeline, prompts(trained_pipeline, 4, offset=300), cfg)
+
+
 def mid_path_positions(result):
     """Output positions whose token is emitted inside an accepted path (not the round's last)."""
     pos, out = [], 1                            # token 0 comes from the prefill

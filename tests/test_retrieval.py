@@ -102,3 +102,41 @@ def test_correction_only_at_depth_up_to_the_limit():
     plain, _, _ = d.head(h, torch.tensor([0, 1, 2]), mem, CorrectionConfig(enabled=False), RetrievalConfig())
     assert got.k.shape[0] == 2 and gate.shape[0] == 2
     assert torch.equal(on[2], plain[2]) and not torch.allclose(on[0], plain[0])
+
+
+def test_head_with_state_returns_the_corrected_lm_head_input():
+    d = tiny_drafter()
+    mem = d.encode_memory(torch.randn(6, 24))
+    h = torch.randn(3, 32)
+    logits, got, gate, pre = d.head_with_state(h, torch.tensor([0, 1, 2]), mem, CorrectionConfig(max_depth=1),
+                                               RetrievalConfig())
+    corrected, _ = d.corrector(h[:2], got.readout, True)
+    assert torch.allclose(pre[:2], corrected) and torch.equal(pre[2], h[2])
+    assert torch.allclose(logits, d.logits(pre))
+
+
+def test_propagate_feeds_children_the_corrected_state(monkeypatch):
+    import fovea.draft as draft
+
+    d = tiny_drafter()
+    with torch.inference_mode():
+        mem = d.encode_memory(torch.randn(6, 24))
+    state = draft.extend(d, None, torch.randint(0, 50, (5,)), torch.randn(5, 32))
+    seen = {}
+    real = draft._expand
+
+    def spy(drafter, state, tok, anc, expanded, feats, level, clock):
+        seen.setdefault(level, feats.clone())
+        return real(drafter, state, tok, anc, expanded, feats, level, clock)
+
+    monkeypatch.setattr(draft, "_expand", spy)
+    from fovea.config import FoveaConfig
+
+    cfg = FoveaConfig().replace(tree=dict(depth=3, top_k=2, total_tokens=6))
+    draft.draft_tree(d, state, 1, mem, cfg, trace=False)
+    plain = seen.pop(1)
+    draft.draft_tree(d, state, 1, mem, cfg.replace(correction=dict(propagate=True)), trace=False)
+    with torch.inference_mode():
+        root_pre = d.head_with_state(state.root_h[None], 0, mem, cfg.correction, cfg.retrieval)[3]
+    assert torch.allclose(seen[1], root_pre.expand_as(seen[1]))
+    assert torch.allclose(plain, state.root_h[None].expand_as(plain))

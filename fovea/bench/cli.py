@@ -46,6 +46,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--drafter", type=Path)
     p.add_argument("--baseline-drafter", type=Path,
                    help="the no-correction drafter (default assets/drafter_nocorr with the default target)")
+    p.add_argument("--drafters", nargs="+", default=[], metavar="NAME=FOLDER",
+                   help="more drafters by the name the methods use, e.g. fovea_text=assets/drafter_v2_text "
+                        "no_correction_text=assets/drafter_v2_text_nocorr (a non-default target loads none)")
     p.add_argument("--assistant", type=Path, help="assistant LM folder for hf_assisted (default assets/assistant)")
     p.add_argument("--tiny-random", action="store_true", help="random tiny model (smoke tests, no assets)")
     p.add_argument("--out", type=Path, help="results folder (default assets/results/bench, "
@@ -68,6 +71,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="also time a fresh process loading the bundled default and answering one question "
                         "(on in the default preset)")
     args = p.parse_args(argv)
+    extra = {}
+    for item in args.drafters:
+        name, sep, folder = item.partition("=")
+        if not sep or not name or not folder:
+            p.error(f"--drafters takes NAME=FOLDER, got {item!r}")
+        if not Path(folder).is_dir():
+            p.error(f"--drafters {name}: {folder} is not a folder")
+        extra[name] = Path(folder)
+    args.drafters = extra
     for name in ("n", "max_new_tokens", "threads", "analysis_n", "analysis_tokens"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -85,6 +97,11 @@ def main(argv=None) -> None:
 
     pipe = FoveaPipeline.tiny_random() if args.tiny_random else \
         FoveaPipeline.from_pretrained(args.target, args.drafter, args.baseline_drafter)
+    if args.drafters:
+        from fovea.drafter import Drafter
+
+        loaded = {name: Drafter.from_pretrained(folder) for name, folder in args.drafters.items()}
+        pipe = FoveaPipeline(pipe.target, {**{k: d for k, d in pipe.drafters.items()}, **loaded})
     max_new = args.max_new_tokens or (64 if args.tree_sweep else preset["max_new_tokens"])
     base = FoveaConfig().replace(decoding={"max_new_tokens": max_new, "trace": False})
     if args.tree_sweep:

@@ -108,10 +108,22 @@ def drafter_loss(drafter: Drafter, art: dict, ids: torch.Tensor, loss_mask: torc
     mask2 = torch.zeros(b, 1, t2, t - 1 + t2, dtype=torch.bool, device=dev)
     mask2[:, 0, :, : t - 1] = mask1[:, 0, :t2, :]
     mask2[:, 0, :, t - 1:] = torch.eye(t2, dtype=torch.bool, device=dev)
-    h2, _ = drafter.step(ids[:, 2:], h1[:, :t2], pos[:, :t2] + 1, mask2, kv1)
+    feed = corrected_states(drafter, h1[:, :t2], memory, ccfg, rcfg) if ccfg.propagate and ccfg.enabled else h1
+    h2, _ = drafter.step(ids[:, 2:], feed[:, :t2], pos[:, :t2] + 1, mask2, kv1)
     v2 = loss_mask[:, 2:] & att[:, 2:].bool()
     loss2, m2 = _head_losses(drafter, h2, 1, memory, v2, feats[:, 2:], logits[:, 2:], ccfg, rcfg)
     return loss1 + loss2, {**{k + "1": v for k, v in m1.items()}, **{k + "2": v for k, v in m2.items()}}
+
+
+def corrected_states(drafter: Drafter, h: torch.Tensor, memory: list, ccfg: CorrectionConfig,
+                     rcfg: RetrievalConfig) -> torch.Tensor:
+    """h [B, T, D] depth-0 draft states -> h + g * c per row (its image's memory): what a child reads
+    with correction.propagate."""
+    rows = []
+    for b in range(h.shape[0]):
+        depth = torch.zeros(h.shape[1], dtype=torch.long, device=h.device)
+        rows.append(drafter.head_with_state(h[b], depth, memory[b], ccfg, rcfg)[3])
+    return torch.stack(rows)
 
 
 def answer_loss_mask(labels: torch.Tensor) -> torch.Tensor:

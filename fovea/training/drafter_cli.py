@@ -54,6 +54,9 @@ def main(argv=None) -> None:
     p.add_argument("--init-from", type=Path, nargs=2, metavar=("FOVEA_DIR", "BASELINE_DIR"),
                    help="continue from exported drafters (e.g. assets/drafter assets/drafter_nocorr) when "
                         "--run-dir holds no checkpoint; the optimiser and the LR schedule start fresh")
+    p.add_argument("--propagate", action="store_true",
+                   help="train the FOVEA drafter with correction.propagate (children read the corrected state; "
+                        "a deviation from the paper, decoded by the bench's *_propagate methods)")
     add_config_args(p, DrafterTrainConfig)
     args = p.parse_args(argv)
     cfg = config_from_args(args, DrafterTrainConfig)
@@ -62,11 +65,12 @@ def main(argv=None) -> None:
         q.requires_grad_(False)
     torch.manual_seed(cfg.seed)
     dcfg = drafter_config_for(target, cfg.num_layers, cfg.context)
-    fovea = Drafter(dcfg, CorrectionConfig()).bind(target).train()
+    fovea_ccfg = CorrectionConfig(propagate=args.propagate)
+    fovea = Drafter(dcfg, fovea_ccfg).bind(target).train()
     torch.manual_seed(cfg.seed)       # identical initialisation of the shared parts
     baseline = Drafter(dcfg, CorrectionConfig(enabled=False)).bind(target).train()
     drafters = {"fovea": fovea, "no_correction": baseline}
-    ccfgs = {"fovea": CorrectionConfig(), "no_correction": CorrectionConfig(enabled=False)}
+    ccfgs = {"fovea": fovea_ccfg, "no_correction": CorrectionConfig(enabled=False)}
     params = [q for d in drafters.values() for q in d.parameters()]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.95))
     ckpt = Checkpointer(args.run_dir)
