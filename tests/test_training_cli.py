@@ -39,10 +39,15 @@ def test_drafter_command_continues_from_the_shipped_drafters(tmp_path):
     from fovea.drafter import Drafter
     from fovea.training.drafter_cli import main
 
-    fovea_out, base_out = tmp_path / "fovea", tmp_path / "base"
+    fovea_out, base_out, prop_out = tmp_path / "fovea", tmp_path / "base", tmp_path / "prop"
     main(["--init-from", str(ASSETS / "drafter"), str(ASSETS / "drafter_nocorr"), "--run-dir", str(tmp_path / "run"),
           "--out", str(fovea_out), "--baseline-out", str(base_out), "--total-steps", "1", "--batch-size", "2",
-          "--lr", "1e-6"])
+          "--lr", "1e-6", "--propagate-out", str(prop_out)])
+    # the propagate variant trains beside the pair, from FOVEA's weights, and remembers its setting
+    assert json.loads((prop_out / "config.json").read_text())["correction"]["propagate"] is True
+    assert json.loads((fovea_out / "config.json").read_text())["correction"]["propagate"] is False
+    prop, fov = Drafter.from_pretrained(prop_out).state_dict(), Drafter.from_pretrained(fovea_out).state_dict()
+    assert max(float((prop[k] - fov[k]).abs().max()) for k in fov) < 1e-2
     before = json.loads((ASSETS / "drafter" / "train_config.json").read_text())["steps"]
     for folder, shipped in ((fovea_out, ASSETS / "drafter"), (base_out, ASSETS / "drafter_nocorr")):
         meta = json.loads((folder / "train_config.json").read_text())

@@ -54,9 +54,10 @@ def main(argv=None) -> None:
     p.add_argument("--init-from", type=Path, nargs=2, metavar=("FOVEA_DIR", "BASELINE_DIR"),
                    help="continue from exported drafters (e.g. assets/drafter assets/drafter_nocorr) when "
                         "--run-dir holds no checkpoint; the optimiser and the LR schedule start fresh")
-    p.add_argument("--propagate", action="store_true",
-                   help="train the FOVEA drafter with correction.propagate (children read the corrected state; "
-                        "a deviation from the paper, decoded by the bench's *_propagate methods)")
+    p.add_argument("--propagate-out", type=Path,
+                   help="also train, on the same batches and from the same initialisation, a FOVEA drafter with "
+                        "correction.propagate (children read the corrected state; a deviation from the paper, "
+                        "decoded by the bench's *_propagate methods) and export it here")
     add_config_args(p, DrafterTrainConfig)
     args = p.parse_args(argv)
     cfg = config_from_args(args, DrafterTrainConfig)
@@ -65,19 +66,23 @@ def main(argv=None) -> None:
         q.requires_grad_(False)
     torch.manual_seed(cfg.seed)
     dcfg = drafter_config_for(target, cfg.num_layers, cfg.context)
-    fovea_ccfg = CorrectionConfig(propagate=args.propagate)
-    fovea = Drafter(dcfg, fovea_ccfg).bind(target).train()
-    torch.manual_seed(cfg.seed)       # identical initialisation of the shared parts
-    baseline = Drafter(dcfg, CorrectionConfig(enabled=False)).bind(target).train()
-    drafters = {"fovea": fovea, "no_correction": baseline}
-    ccfgs = {"fovea": fovea_ccfg, "no_correction": CorrectionConfig(enabled=False)}
+    ccfgs = {"fovea": CorrectionConfig(), "no_correction": CorrectionConfig(enabled=False)}
+    if args.propagate_out:
+        ccfgs["fovea_propagate"] = CorrectionConfig(propagate=True)
+    drafters = {}
+    for name, ccfg in ccfgs.items():
+        torch.manual_seed(cfg.seed)       # identical initialisation of the shared parts
+        drafters[name] = Drafter(dcfg, ccfg).bind(target).train()
+    fovea, baseline = drafters["fovea"], drafters["no_correction"]
     params = [q for d in drafters.values() for q in d.parameters()]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.95))
     ckpt = Checkpointer(args.run_dir)
-    step, _ = ckpt.load({"fovea": fovea, "no_correction": baseline, "opt": opt})
+    step, _ = ckpt.load({**drafters, "opt": opt})
     if step == 0 and args.init_from:
         for drafter, folder in zip((fovea, baseline), args.init_from):
             drafter.load_state_dict(Drafter.from_pretrained(folder).state_dict())
+        if "fovea_propagate" in drafters:
+            drafters["fovea_propagate"].load_state_dict(fovea.state_dict())
         previous = [json.loads((f / "train_config.json").read_text()).get("steps", 0)
                     if (f / "train_config.json").exists() else 0 for f in args.init_from]
         if previous[0] != previous[1]:
@@ -98,16 +103,17 @@ def main(argv=None) -> None:
                         base=f"{metrics['no_correction/acc1']:.2f}/{metrics['no_correction/acc2']:.2f}")
         append_jsonl(args.run_dir / "log.jsonl", {"step": step, **metrics})
         if step % args.save_every == 0:
-            ckpt.save(step, {"fovea": fovea, "no_correction": baseline, "opt": opt})
+            ckpt.save(step, {**drafters, "opt": opt})
 
     while step < cfg.total_steps and timer.minutes() < args.minutes:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg.total_steps, cfg.lr, cfg.warmup)
         train_steps(target, drafters, data, ccfgs, opt, 1, on_step)
-    ckpt.save(step, {"fovea": fovea, "no_correction": baseline, "opt": opt})
+    ckpt.save(step, {**drafters, "opt": opt})
     before = json.loads((args.run_dir / "init_from.json").read_text())["steps_before"] \
         if (args.run_dir / "init_from.json").exists() else 0
-    for name, folder in (("fovea", args.out), ("no_correction", args.baseline_out)):
+    outs = (("fovea", args.out), ("no_correction", args.baseline_out), ("fovea_propagate", args.propagate_out))
+    for name, folder in [(n, f) for n, f in outs if n in drafters]:
         drafters[name].eval().save_pretrained(folder)
         (folder / "train_config.json").write_text(json.dumps(
             {**asdict(cfg), "steps": before + step, "steps_this_run": step, "steps_before": before}, indent=2))
