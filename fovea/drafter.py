@@ -166,8 +166,7 @@ class Drafter(nn.Module):
         pre, got, gate = h, None, None
         if isinstance(depth, int):
             if use and depth <= correction.max_depth:
-                got = self.retriever(h, torch.full((h.shape[0],), depth, device=h.device), memory, retrieval,
-                                     generator)
+                got = self.retriever(h, depth, memory, retrieval, generator)
                 clock.lap("draft/retrieval", level)
                 pre, gate = self.corrector(h, got.readout, correction.use_gate)
                 clock.lap("draft/correction", level)

@@ -6,7 +6,7 @@ target's KV cache. Knows nothing about how entries are selected (see `retrieval`
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -18,6 +18,9 @@ class VisualMemory:
     values: torch.Tensor    # [N, D]    readout values in the drafter's hidden space
     valid: torch.Tensor     # [N] bool  False for padding / non-image entries
     grid: tuple[int, int] | None = None   # (rows, cols) of image patches, when the entries form a grid
+    # inference-only products of these entries with a retriever's weights (fovea.retrieval), built
+    # on first use per request: the memory is fixed for the whole request
+    cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def size(self) -> int:

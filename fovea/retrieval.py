@@ -62,8 +62,12 @@ class Retriever(nn.Module):
         s = q @ memory.keys.transpose(-1, -2) / math.sqrt(self.key_dim)  # [S, N]
         return s.masked_fill(~memory.valid, float("-inf"))
 
-    def forward(self, h: torch.Tensor, depth: torch.Tensor, memory: VisualMemory, cfg: RetrievalConfig,
+    def forward(self, h: torch.Tensor, depth: torch.Tensor | int, memory: VisualMemory, cfg: RetrievalConfig,
                 generator: torch.Generator | None = None) -> Retrieved:
+        if cfg.mode in FAST_MODES and not torch.is_grad_enabled() and memory.keys.dim() == 2:
+            return self._fast(h, depth, memory, cfg)
+        if isinstance(depth, int):
+            depth = torch.full((h.shape[0],), depth, dtype=torch.long, device=h.device)
         s = self.scores(h, depth, memory, cfg.mode)
         probs = torch.softmax(s, dim=-1)                              # [S, N]
         n_valid = memory.valid.sum().expand(h.shape[0])
@@ -96,6 +100,48 @@ class Retriever(nn.Module):
         dense_w = torch.zeros(h.shape[0], n, dtype=w.dtype, device=w.device).scatter(1, idx, w)
         readout = dense_w @ memory.values
         return Retrieved(readout=readout, indices=idx.masked_fill(~keep, -1), weights=w, k=k)
+
+
+    def _fast(self, h: torch.Tensor, depth: torch.Tensor | int, memory: VisualMemory, cfg: RetrievalConfig) -> Retrieved:
+        """The decode loop's retrieval (cumulative or fixed K, no autograd) in about half the ops of
+        `forward`'s general path, with the same selection rule. The query and key projections fold
+        into one [D, N] product per memory: s = (LN(h) + E[d]) W_Q^T K^T / sqrt(d_r)
+        = LN(h) A + (E A)[d], with A and E A (invalid entries at -inf) built once per request."""
+        table = self._score_tables(memory, cfg.mode)
+        a, bias, n_valid = table
+        x = torch.nn.functional.layer_norm(h, self.norm.normalized_shape, self.norm.weight, self.norm.bias,
+                                           self.norm.eps)
+        row = bias[min(depth, bias.shape[0] - 1)] if isinstance(depth, int) else \
+            bias[depth.clamp(max=bias.shape[0] - 1)]
+        probs = torch.softmax(torch.addmm(row, x, a) if row.dim() == 1 else row + x @ a, dim=-1)
+        cap = min(a.shape[1], cfg.fixed_k if cfg.mode == "fixed" else cfg.k_max)
+        p_sorted, order = probs.topk(cap, dim=-1, sorted=True)
+        if cfg.mode == "fixed":
+            k = torch.full((h.shape[0],), min(cfg.fixed_k, n_valid), dtype=torch.long, device=h.device)
+        else:   # cumulative_mass_k with the clamps folded into one (K_max and |V| are host ints here)
+            k = ((p_sorted.cumsum(-1) < cfg.rho - 1e-6).sum(-1) + 1).clamp(min=cfg.k_min, max=min(cfg.k_max, n_valid))
+        keep = torch.arange(cap, device=h.device)[None, :] < k[:, None]
+        w = p_sorted * keep
+        w = w / w.sum(-1, keepdim=True).clamp_min(1e-12)
+        readout = torch.bmm(w.unsqueeze(1), memory.values[order]).squeeze(1)
+        return Retrieved(readout=readout, indices=order.masked_fill(~keep, -1), weights=w, k=k)
+
+    def _score_tables(self, memory: VisualMemory, mode: str) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """(A [D, N], per-depth score offsets [depths, N] with -inf on invalid entries, |V|), cached on
+        the memory for this retriever's current weights."""
+        key = ("scores", id(self), mode, self.w_q.weight._version, self.depth_embedding.weight._version)
+        got = memory.cache.get(key)
+        if got is None:
+            a = self.w_q.weight.T @ memory.keys.T / math.sqrt(self.key_dim)             # [D, N]
+            depth_rows = self.depth_embedding.weight if mode != "state_only" else \
+                self.depth_embedding.weight[:1] * 0
+            bias = (depth_rows @ a).masked_fill(~memory.valid, float("-inf"))          # [depths, N]
+            got = memory.cache[key] = (a, bias, int(memory.valid.sum()))
+        return got
+
+
+# the modes whose decode-time retrieval takes the folded path (Retriever._fast)
+FAST_MODES = ("cumulative", "fixed", "state_only")
 
 
 def static_order(memory: VisualMemory) -> torch.Tensor:

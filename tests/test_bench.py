@@ -80,10 +80,28 @@ def test_tree_sweep_compares_every_shape_on_tuning_questions(tmp_path):
 def test_extra_drafters_are_named_folders(tmp_path, capsys):
     from fovea.bench.cli import parse_args
 
-    args = parse_args(["--drafters", f"fovea_text={tmp_path}"])
-    assert args.drafters == {"fovea_text": tmp_path}
+    args = parse_args(["--drafters", f"fovea_text={tmp_path}", f"wide={tmp_path}", "--methods", "fovea_text", "wide"])
+    assert args.drafters == {"fovea_text": tmp_path, "wide": tmp_path}
+    with pytest.raises(SystemExit):
+        parse_args(["--methods", "wide"])                        # a drafter NAME only with --drafters
+    assert "unknown method(s) ['wide']" in capsys.readouterr().err
     for bad, says in (("fovea_text", "NAME=FOLDER"), ("=x", "NAME=FOLDER"),
                       (f"fovea_text={tmp_path / 'missing'}", "is not a folder")):
         with pytest.raises(SystemExit):
             parse_args(["--drafters", bad])
         assert says in capsys.readouterr().err
+
+
+def test_a_drafter_named_on_the_command_line_decodes_with_its_trained_settings(tiny_pipeline):
+    from fovea.bench.cli import drafter_methods
+    from fovea.config import CorrectionConfig
+    from fovea.drafter import Drafter
+
+    base = tiny_pipeline.drafters["fovea"]
+    pipe = type(tiny_pipeline)(tiny_pipeline.target, {
+        "fovea": base, "wide_prop": Drafter(base.cfg, CorrectionConfig(propagate=True, max_depth=2))})
+    table = drafter_methods(pipe, ["fovea", "wide_prop"])
+    assert list(table) == ["wide_prop"]                  # "fovea" keeps its built-in method
+    assert table["wide_prop"].drafter == "wide_prop"
+    assert table["wide_prop"].overrides["correction"] | {} == {"enabled": True, "propagate": True, "max_depth": 2,
+                                                               "use_gate": True}

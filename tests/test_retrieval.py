@@ -140,3 +140,27 @@ def test_propagate_feeds_children_the_corrected_state(monkeypatch):
         root_pre = d.head_with_state(state.root_h[None], 0, mem, cfg.correction, cfg.retrieval)[3]
     assert torch.allclose(seen[1], root_pre.expand_as(seen[1]))
     assert torch.allclose(plain, state.root_h[None].expand_as(plain))
+
+
+@pytest.mark.parametrize("mode", ["cumulative", "fixed", "state_only"])
+@pytest.mark.parametrize("depth", [0, 1, 5, "rows"])
+def test_the_decode_path_selects_and_reads_out_what_the_general_path_does(mode, depth):
+    d = tiny_drafter()
+    torch.nn.init.normal_(d.retriever.depth_embedding.weight)
+    valid = torch.ones(40, dtype=torch.bool)
+    valid[-3:] = False
+    cfg = RetrievalConfig(mode=mode, rho=0.6, k_min=2, k_max=12, fixed_k=5)
+    h = torch.randn(4, 32)
+    dep = torch.tensor([0, 1, 2, 9]) if depth == "rows" else depth
+    with torch.no_grad():
+        mem = d.memory_encoder(torch.randn(40, 24) * 3, valid)
+        fast = d.retriever(h, dep, mem, cfg)
+        assert mem.cache                                            # the folded tables were built and kept
+        again = d.retriever(h, dep, mem, cfg)
+    with torch.enable_grad():                                           # the general (training) path
+        slow = d.retriever(h, dep, mem, cfg)
+    assert torch.equal(fast.k, slow.k) and torch.equal(fast.indices, slow.indices)
+    assert torch.allclose(fast.weights, slow.weights, atol=1e-5)
+    assert torch.allclose(fast.readout, slow.readout.detach(), atol=1e-4)
+    assert torch.equal(again.readout, fast.readout)
+    assert (fast.indices[fast.indices >= 0] < 37).all()              # never an invalid entry

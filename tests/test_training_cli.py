@@ -39,15 +39,19 @@ def test_drafter_command_continues_from_the_shipped_drafters(tmp_path):
     from fovea.drafter import Drafter
     from fovea.training.drafter_cli import main
 
-    fovea_out, base_out, prop_out = tmp_path / "fovea", tmp_path / "base", tmp_path / "prop"
+    fovea_out, base_out, prop_out, narrow_out = (tmp_path / n for n in ("fovea", "base", "prop", "narrow"))
     main(["--init-from", str(ASSETS / "drafter"), str(ASSETS / "drafter_nocorr"), "--run-dir", str(tmp_path / "run"),
           "--out", str(fovea_out), "--baseline-out", str(base_out), "--total-steps", "1", "--batch-size", "2",
-          "--lr", "1e-6", "--propagate-out", str(prop_out)])
-    # the propagate variant trains beside the pair, from FOVEA's weights, and remembers its setting
+          "--lr", "1e-6", "--variant", str(prop_out), "propagate=true", "--variant", str(narrow_out), "hidden=64"])
+    # variants train beside the pair, from FOVEA's weights where shapes agree, and remember their setting
     assert json.loads((prop_out / "config.json").read_text())["correction"]["propagate"] is True
     assert json.loads((fovea_out / "config.json").read_text())["correction"]["propagate"] is False
+    assert json.loads((narrow_out / "config.json").read_text())["correction"]["hidden"] == 64
     prop, fov = Drafter.from_pretrained(prop_out).state_dict(), Drafter.from_pretrained(fovea_out).state_dict()
     assert max(float((prop[k] - fov[k]).abs().max()) for k in fov) < 1e-2
+    narrow = Drafter.from_pretrained(narrow_out).state_dict()
+    assert narrow["corrector.f.0.weight"].shape[0] == 64
+    assert float((narrow["fc.weight"] - fov["fc.weight"]).abs().max()) < 1e-2
     before = json.loads((ASSETS / "drafter" / "train_config.json").read_text())["steps"]
     for folder, shipped in ((fovea_out, ASSETS / "drafter"), (base_out, ASSETS / "drafter_nocorr")):
         meta = json.loads((folder / "train_config.json").read_text())
@@ -55,6 +59,16 @@ def test_drafter_command_continues_from_the_shipped_drafters(tmp_path):
         new, old = Drafter.from_pretrained(folder).state_dict(), Drafter.from_pretrained(shipped).state_dict()
         # continued, not re-initialised: one tiny step barely moves the weights
         assert max(float((new[k] - old[k]).abs().max()) for k in old) < 1e-2
+
+
+@pytest.mark.parametrize("pairs,says", [(["hidden"], "KEY=VALUE"), (["enabled=false"], "KEY=VALUE"),
+                                        (["propagate=maybe"], "true or false"), (["hidden=wide"], "whole number")])
+def test_drafter_variants_are_validated(pairs, says):
+    from fovea.training.drafter_cli import correction_variant
+
+    with pytest.raises(ValueError, match=says):
+        correction_variant(pairs)
+    assert correction_variant(["propagate=1", "max_depth=3"]).propagate is True
 
 
 def test_target_focus_tasks_are_validated_and_oversampled_deterministically():

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from fovea.bench.methods import METHODS, load_assistant
+from fovea.bench.methods import METHODS, Method, load_assistant
 from fovea.bench.report import write_results
 from fovea.bench.runner import cold_start_seconds, held_out, run_meta, run_speed, tree_sweep
 from fovea.bench.stats import summarise
@@ -41,7 +41,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="shorthand for --preset quick")
     p.add_argument("--n", type=int, help="questions (spread over the task families)")
     p.add_argument("--max-new-tokens", type=int)
-    p.add_argument("--methods", nargs="+", choices=sorted(METHODS))
+    p.add_argument("--methods", nargs="+", metavar="METHOD",
+                   help=f"any of {', '.join(sorted(METHODS))}, or a NAME of --drafters")
     p.add_argument("--target", type=Path)
     p.add_argument("--drafter", type=Path)
     p.add_argument("--baseline-drafter", type=Path,
@@ -80,10 +81,27 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.error(f"--drafters {name}: {folder} is not a folder")
         extra[name] = Path(folder)
     args.drafters = extra
+    unknown = [m for m in args.methods or [] if m not in METHODS and m not in extra]
+    if unknown:
+        p.error(f"unknown method(s) {unknown}: choose from {sorted(METHODS)} or a NAME given to --drafters")
     for name in ("n", "max_new_tokens", "threads", "analysis_n", "analysis_tokens"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     return args
+
+
+def drafter_methods(pipe, names) -> dict[str, Method]:
+    """A method per --drafters NAME that no built-in method decodes with: FOVEA with that drafter,
+    under the decode-time correction settings it was trained with (propagate, depth limit, gate)."""
+    used = {m.drafter for m in METHODS.values()}
+    out = {}
+    for name in names:
+        if name in used:
+            continue
+        c = pipe.drafters[name].correction_cfg
+        out[name] = Method(name, drafter=name, overrides={"correction": {
+            "enabled": c.enabled, "propagate": c.propagate, "max_depth": c.max_depth, "use_gate": c.use_gate}})
+    return out
 
 
 def main(argv=None) -> None:
@@ -102,6 +120,7 @@ def main(argv=None) -> None:
 
         loaded = {name: Drafter.from_pretrained(folder) for name, folder in args.drafters.items()}
         pipe = FoveaPipeline(pipe.target, {**{k: d for k, d in pipe.drafters.items()}, **loaded})
+    table = {**METHODS, **drafter_methods(pipe, args.drafters)}
     max_new = args.max_new_tokens or (64 if args.tree_sweep else preset["max_new_tokens"])
     base = FoveaConfig().replace(decoding={"max_new_tokens": max_new, "trace": False})
     if args.tree_sweep:
@@ -116,7 +135,7 @@ def main(argv=None) -> None:
         methods = ["autoregressive", *methods]
     assistant = load_assistant(args.assistant, pipe, args.tiny_random) if {"hf_assisted", "assisted"} & set(methods) else None
     t_start = time.perf_counter()
-    rows = run_speed(pipe, held_out(n), methods, base, assistant)
+    rows = run_speed(pipe, held_out(n), methods, base, assistant, table)
     summary = summarise(rows, methods)
     analyses = None
     if preset["analyses"] if args.analyses is None else args.analyses:

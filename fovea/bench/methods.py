@@ -33,10 +33,6 @@ METHODS = {m.name: m for m in [
     # the cache-friendly pair: the drafter's cache skips the image; FOVEA and its "- correction" ablation
     Method("fovea_text", drafter="fovea_text"),
     Method("no_correction_text", drafter="no_correction_text", overrides={"correction": {"enabled": False}}),
-    # correction.propagate (a deviation from the paper): children read the corrected state; the
-    # drafters are trained with it (`python -m fovea.train drafter --propagate`)
-    Method("fovea_propagate", drafter="fovea_propagate", overrides={"correction": {"propagate": True}}),
-    Method("fovea_text_propagate", drafter="fovea_text_propagate", overrides={"correction": {"propagate": True}}),
     Method("chain", overrides={"tree": {"chain": True}}),
     Method("no_depth_embedding", overrides={"retrieval": {"mode": "state_only"}}),
     Method("no_gate", overrides={"correction": {"use_gate": False}}),

@@ -4,6 +4,7 @@ same batches, the no-correction (EAGLE-style) baseline drafter; export both as f
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 from dataclasses import asdict, dataclass
@@ -43,6 +44,26 @@ def batches(target, cfg: DrafterTrainConfig, start_step: int):
         yield ids, att, lab, pixels
 
 
+def correction_variant(pairs: list[str]) -> CorrectionConfig:
+    """["propagate=true", "hidden=64"] -> CorrectionConfig with those fields (correction enabled)."""
+    fields = {f.name: f for f in dataclasses.fields(CorrectionConfig)}
+    changes = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in fields or key == "enabled":
+            raise ValueError(f"{pair!r} is not KEY=VALUE with KEY one of {sorted(set(fields) - {'enabled'})}")
+        if fields[key].type in (bool, "bool"):
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(f"{key} takes true or false, got {value!r}")
+            changes[key] = value.lower() in ("true", "1")
+        else:
+            try:
+                changes[key] = int(value)
+            except ValueError:
+                raise ValueError(f"{key} takes a whole number, got {value!r}") from None
+    return CorrectionConfig(**changes)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m fovea.train drafter", description=__doc__)
     p.add_argument("--target", type=Path, default=DEFAULT_TARGET_DIR)
@@ -54,10 +75,10 @@ def main(argv=None) -> None:
     p.add_argument("--init-from", type=Path, nargs=2, metavar=("FOVEA_DIR", "BASELINE_DIR"),
                    help="continue from exported drafters (e.g. assets/drafter assets/drafter_nocorr) when "
                         "--run-dir holds no checkpoint; the optimiser and the LR schedule start fresh")
-    p.add_argument("--propagate-out", type=Path,
-                   help="also train, on the same batches and from the same initialisation, a FOVEA drafter with "
-                        "correction.propagate (children read the corrected state; a deviation from the paper, "
-                        "decoded by the bench's *_propagate methods) and export it here")
+    p.add_argument("--variant", nargs="+", action="append", default=[], metavar=("OUT", "KEY=VALUE"),
+                   help="also train a FOVEA drafter with these CorrectionConfig fields on the same batches from the "
+                        "same initialisation, exported to OUT (repeatable), e.g. --variant assets/d_prop "
+                        "propagate=true --variant assets/d_w64 hidden=64; the bench decodes it with --drafters")
     add_config_args(p, DrafterTrainConfig)
     args = p.parse_args(argv)
     cfg = config_from_args(args, DrafterTrainConfig)
@@ -67,8 +88,14 @@ def main(argv=None) -> None:
     torch.manual_seed(cfg.seed)
     dcfg = drafter_config_for(target, cfg.num_layers, cfg.context)
     ccfgs = {"fovea": CorrectionConfig(), "no_correction": CorrectionConfig(enabled=False)}
-    if args.propagate_out:
-        ccfgs["fovea_propagate"] = CorrectionConfig(propagate=True)
+    variants = {}
+    for out, *pairs in args.variant:
+        try:
+            ccfg = correction_variant(pairs)
+        except ValueError as err:
+            p.error(f"--variant {out}: {err}")
+        name = f"variant:{Path(out).name}"
+        ccfgs[name], variants[name] = ccfg, Path(out)
     drafters = {}
     for name, ccfg in ccfgs.items():
         torch.manual_seed(cfg.seed)       # identical initialisation of the shared parts
@@ -81,8 +108,10 @@ def main(argv=None) -> None:
     if step == 0 and args.init_from:
         for drafter, folder in zip((fovea, baseline), args.init_from):
             drafter.load_state_dict(Drafter.from_pretrained(folder).state_dict())
-        if "fovea_propagate" in drafters:
-            drafters["fovea_propagate"].load_state_dict(fovea.state_dict())
+        for name in variants:   # from FOVEA's weights where the shapes agree (a narrower corrector starts fresh)
+            own = drafters[name].state_dict()
+            drafters[name].load_state_dict({k: v for k, v in fovea.state_dict().items() if own[k].shape == v.shape},
+                                           strict=False)
         previous = [json.loads((f / "train_config.json").read_text()).get("steps", 0)
                     if (f / "train_config.json").exists() else 0 for f in args.init_from]
         if previous[0] != previous[1]:
@@ -112,8 +141,7 @@ def main(argv=None) -> None:
     ckpt.save(step, {**drafters, "opt": opt})
     before = json.loads((args.run_dir / "init_from.json").read_text())["steps_before"] \
         if (args.run_dir / "init_from.json").exists() else 0
-    outs = (("fovea", args.out), ("no_correction", args.baseline_out), ("fovea_propagate", args.propagate_out))
-    for name, folder in [(n, f) for n, f in outs if n in drafters]:
+    for name, folder in (("fovea", args.out), ("no_correction", args.baseline_out), *variants.items()):
         drafters[name].eval().save_pretrained(folder)
         (folder / "train_config.json").write_text(json.dumps(
             {**asdict(cfg), "steps": before + step, "steps_this_run": step, "steps_before": before}, indent=2))
