@@ -90,6 +90,9 @@ class TreeConfig:
     top_k: int = 2          # children per expanded node, and nodes expanded per level
     total_tokens: int = 16  # node budget verified by the target (root excluded)
     chain: bool = False     # True: a single chain (top-1 each level), no tree
+    # stop drafting below a level whose best path has a draft probability under this (0 = always draw
+    # `depth` levels): a round the drafter is unsure of spends fewer levels (dynamic depth)
+    stop_below: float = 0.0
 
     def __post_init__(self) -> None:
         if not 1 <= self.depth <= 16:
@@ -98,6 +101,8 @@ class TreeConfig:
             raise ValueError(f"tree top_k must be in [1, 16], got {self.top_k}")
         if not 1 <= self.total_tokens <= 128:
             raise ValueError(f"tree total_tokens must be in [1, 128], got {self.total_tokens}")
+        if not 0.0 <= self.stop_below < 1.0:
+            raise ValueError(f"tree stop_below must be in [0, 1), got {self.stop_below}")
 
 
 @dataclass(frozen=True)

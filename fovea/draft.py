@@ -11,6 +11,8 @@ Knows nothing about acceptance.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -118,6 +120,7 @@ def draft_tree(drafter: Drafter, state: DraftState, root_token: int, memory: Vis
     h = state.root_h[None]                              # draft states of the frontier [F, D]
     n = 1                                               # nodes so far (static: no host sync)
     expanded = torch.empty(0, dtype=torch.long)         # node id of each tree KV slot, in slot order
+    stop = math.log(cfg.tree.stop_below) if cfg.tree.stop_below > 0 else None
     clock.lap("draft/setup", 0)
     for level in range(1, depth + 1):
         logits, got, gate, pre = drafter.head_with_state(h, level - 1, memory, cfg.correction, cfg.retrieval,
@@ -135,6 +138,9 @@ def draft_tree(drafter: Drafter, state: DraftState, root_token: int, memory: Vis
         sco[n:n + width] = (sco[front][:, None] + top_lp).flatten()
         add_nodes(anc, n, parents)
         clock.lap("draft/tree", level)
+        if level < depth and stop is not None and float(sco[n:n + width].max()) < stop:
+            n += width                                  # dynamic depth: no path worth another level
+            break
         if level < depth:
             pick = sco[n:n + width].topk(k).indices                             # [k] among the new nodes
             front = n + pick

@@ -85,6 +85,10 @@ def test_extra_drafters_are_named_folders(tmp_path, capsys):
     with pytest.raises(SystemExit):
         parse_args(["--methods", "wide"])                        # a drafter NAME only with --drafters
     assert "unknown method(s) ['wide']" in capsys.readouterr().err
+    assert parse_args(["--stop-below", "0.1"]).stop_below == 0.1
+    with pytest.raises(SystemExit):
+        parse_args(["--stop-below", "1.5"])
+    assert "--stop-below must be in [0, 1)" in capsys.readouterr().err
     for bad, says in (("fovea_text", "NAME=FOLDER"), ("=x", "NAME=FOLDER"),
                       (f"fovea_text={tmp_path / 'missing'}", "is not a folder")):
         with pytest.raises(SystemExit):

@@ -60,6 +60,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--profile", action="store_true",
                    help="split FOVEA rounds into per-level drafter stages, verify and commit, and measure the "
                         "tracing overhead (default 20 questions; writes assets/results/profile)")
+    p.add_argument("--stop-below", type=float, default=None,
+                   help="dynamic depth for every tree method: stop drafting below a level whose best path has a "
+                        "draft probability under this (TreeConfig.stop_below; default 0 = fixed depth)")
     p.add_argument("--threads", type=int,
                    help="torch threads (default 2; 1 with --tiny-random, whose per-op overhead makes a second "
                         "thread slower, badly so on a busy machine)")
@@ -81,6 +84,8 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.error(f"--drafters {name}: {folder} is not a folder")
         extra[name] = Path(folder)
     args.drafters = extra
+    if args.stop_below is not None and not 0.0 <= args.stop_below < 1.0:
+        p.error(f"--stop-below must be in [0, 1), got {args.stop_below}")
     unknown = [m for m in args.methods or [] if m not in METHODS and m not in extra]
     if unknown:
         p.error(f"unknown method(s) {unknown}: choose from {sorted(METHODS)} or a NAME given to --drafters")
@@ -123,6 +128,8 @@ def main(argv=None) -> None:
     table = {**METHODS, **drafter_methods(pipe, args.drafters)}
     max_new = args.max_new_tokens or (64 if args.tree_sweep else preset["max_new_tokens"])
     base = FoveaConfig().replace(decoding={"max_new_tokens": max_new, "trace": False})
+    if args.stop_below is not None:
+        base = base.replace(tree={"stop_below": args.stop_below})
     if args.tree_sweep:
         print(tree_sweep(args, pipe, base))
         return
