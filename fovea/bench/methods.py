@@ -26,6 +26,7 @@ class Method:
     overrides: dict = field(default_factory=dict)
 
 
+DYNAMIC_STOP = 0.3
 METHODS = {m.name: m for m in [
     Method("autoregressive", kind="autoregressive"),
     Method("fovea"),
@@ -33,6 +34,11 @@ METHODS = {m.name: m for m in [
     # the cache-friendly pair: the drafter's cache skips the image; FOVEA and its "- correction" ablation
     Method("fovea_text", drafter="fovea_text"),
     Method("no_correction_text", drafter="no_correction_text", overrides={"correction": {"enabled": False}}),
+    # dynamic depth (TreeConfig.stop_below): DYNAMIC_STOP from a 30-question pilot per threshold
+    # (assets/results/dynamic_depth_pilot); the interleaved bench decides whether it becomes the default
+    Method("fovea_dynamic", overrides={"tree": {"stop_below": DYNAMIC_STOP}}),
+    Method("no_correction_dynamic", drafter="no_correction",
+           overrides={"correction": {"enabled": False}, "tree": {"stop_below": DYNAMIC_STOP}}),
     Method("chain", overrides={"tree": {"chain": True}}),
     Method("no_depth_embedding", overrides={"retrieval": {"mode": "state_only"}}),
     Method("no_gate", overrides={"correction": {"use_gate": False}}),
