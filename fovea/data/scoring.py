@@ -13,8 +13,9 @@ at its answer slot, following the templates in fovea.data.text:
 - chart value (every bar is read first, then the asked one): the last number of the output;
 - OCR read: the all-caps words of the first sentence are exactly the gold words, in order;
 - chart describe: the "<label> is <value>" pairs of the output are exactly the gold pairs, in order;
-- scene describe: the first number is the shape count, and the output's "<size> <colour> <shape> at
-  <position>" items are exactly the gold items (as a multiset).
+- scene describe (every shape is listed first, then the count): the last number is the shape count,
+  and the output's "<size> <colour> <shape> at <position>" items are exactly the gold items (as a
+  multiset).
 
 Knows nothing about models.
 """
@@ -70,6 +71,7 @@ def answer_correct(sample, text: str) -> bool:
     if task == "chart/describe":
         return _PAIR.findall(text) == _PAIR.findall(gold)
     if task == "scene/describe":
-        return (_first_number(text) == gold
+        numbers = _NUMBER.findall(text)
+        return (bool(numbers) and numbers[-1] == gold
                 and Counter(_ITEM.findall(text)) == Counter(_ITEM.findall(sample.answer)))
     raise ValueError(f"no scoring rule for task {task!r}")

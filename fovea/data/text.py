@@ -110,9 +110,10 @@ SCENE = {
     "describe": {
         "q": ["Describe the image.", "What shapes can you see in this picture?",
               "Describe every shape in the image with its colour and position.", "List the shapes in this image."],
-        "a": ["The image shows {count} on a {shade} background: {items}.",
-              "There {be} {count} in this picture. Reading from the top left, there is {items}.",
-              "I can see {count}. Going row by row from the top, the picture contains {items}."],
+        # every shape first, then how many: the count is read off the list
+        "a": ["On a {shade} background, the image shows {items}. That makes {count}.",
+              "Reading from the top left, there is {items}. There {be} {count} in this picture.",
+              "Going row by row from the top, the picture contains {items}. I can see {count} in all."],
     },
     "count": {
         "q": ["How many {what} are there?", "How many {what} can you see in the image?",
