@@ -109,3 +109,14 @@ def test_a_drafter_named_on_the_command_line_decodes_with_its_trained_settings(t
     assert table["wide_prop"].drafter == "wide_prop"
     assert table["wide_prop"].overrides["correction"] | {} == {"enabled": True, "propagate": True, "max_depth": 2,
                                                                "use_gate": True}
+
+
+def test_ranking_counts_drafters_named_on_the_command_line_and_leaves_out_untrained_methods():
+    from fovea.bench.stats import ranking
+
+    summary = {fam: {"autoregressive": {"speedup_ratio_of_medians": 1.0},
+                     "prompt_lookup": {"speedup_ratio_of_medians": 1.5},
+                     "fovea": {"speedup_ratio_of_medians": 1.2},
+                     "my_drafter": {"speedup_ratio_of_medians": 1.3}} for fam in ("scene", "ocr")}
+    got = ranking(summary, ["autoregressive", "prompt_lookup", "fovea", "my_drafter"])
+    assert [r["method"] for r in got] == ["my_drafter", "fovea"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 
-from fovea.bench.methods import TRAINED_DRAFTERS
+from fovea.bench.methods import METHODS, TRAINED_DRAFTERS
 from fovea.data import FAMILIES
 
 
@@ -50,7 +50,8 @@ def family_mean_speedup(summary: dict, method: str) -> float | None:
 
 def ranking(summary: dict, methods: list[str]) -> list[dict]:
     """The methods with a trained drafter, best first by speedup averaged over task families."""
-    scored = [{"method": m, "mean_speedup": family_mean_speedup(summary, m)} for m in methods if m in TRAINED_DRAFTERS]
+    scored = [{"method": m, "mean_speedup": family_mean_speedup(summary, m)} for m in methods
+              if m in TRAINED_DRAFTERS or m not in METHODS]   # a --drafters NAME is a trained drafter too
     return sorted((r for r in scored if r["mean_speedup"] is not None), key=lambda r: -r["mean_speedup"])
 
 
