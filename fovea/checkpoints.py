@@ -126,9 +126,10 @@ def check_drafter_fits_target(drafter, target, name: str = "drafter") -> None:
     if (cfg.hidden_size, cfg.vocab_size, cfg.memory_dim) == (target.hidden_size, target.vocab_size,
                                                                 target.hidden_size):
         trained_for = getattr(drafter, "trained_for", None)
-        if trained_for and trained_for != target_fingerprint(target):
+        this = target_fingerprint(target) if trained_for else None
+        if trained_for and trained_for != this:
             warnings.warn(f"The drafter {name!r}{where} was trained with another target (fingerprint {trained_for}, "
-                          f"this one is {target_fingerprint(target)}): answers stay exactly the target's, but "
+                          f"this one is {this}): answers stay exactly the target's, but "
                           f"fewer draft tokens will be accepted; retrain it for this target with "
                           f"{RETRAIN_DRAFTER}.", TargetMismatchWarning, stacklevel=2)
         return

@@ -155,11 +155,22 @@ class Drafter(nn.Module):
                         generator: torch.Generator | None = None, clock: Clock = NO_CLOCK,
                         level: int = 0) -> tuple[torch.Tensor, Retrieved | None, torch.Tensor | None, torch.Tensor]:
         """h [S, D] draft states at tree depths [S] (or one int for all) -> (logits [S, V],
-        retrieval, gate [S], LM-head input [S, D]: h + g * c where corrected, else h).
+        retrieval, gate [S], LM-head input [S, D]: `correct`'s state, then RMSNorm + LM head)."""
+        pre, got, gate = self.correct(h, depth, memory, correction, retrieval, generator, clock, level)
+        logits = self.logits(pre)
+        clock.lap("draft/head", level)
+        return logits, got, gate, pre
 
-        States deeper than `correction.max_depth` (or all, when disabled / no memory) go straight
-        to RMSNorm + LM head; the others get h + g * f([h; r]) first. h itself is never modified.
-        A tree level has one depth: pass it as an int and no host sync is needed to split rows.
+    def correct(self, h: torch.Tensor, depth: torch.Tensor | int, memory: VisualMemory | None,
+                correction: CorrectionConfig, retrieval: RetrievalConfig,
+                generator: torch.Generator | None = None, clock: Clock = NO_CLOCK,
+                level: int = 0) -> tuple[torch.Tensor, Retrieved | None, torch.Tensor | None]:
+        """h [S, D] draft states at tree depths [S] (or one int for all) -> (h + g * f([h; r]) where
+        corrected, else h; retrieval; gate [S]).
+
+        States deeper than `correction.max_depth` (or all, when disabled / no memory) stay h; h itself
+        is never modified. A tree level has one depth: pass it as an int and no host sync is needed to
+        split rows.
         """
         h = h.to(self.device)
         use = correction.enabled and memory is not None and correction.max_depth >= 0
@@ -170,9 +181,7 @@ class Drafter(nn.Module):
                 clock.lap("draft/retrieval", level)
                 pre, gate = self.corrector(h, got.readout, correction.use_gate)
                 clock.lap("draft/correction", level)
-            logits = self.logits(pre)
-            clock.lap("draft/head", level)
-            return logits, got, gate, pre
+            return pre, got, gate
         depth = depth.to(self.device)
         sel = depth <= correction.max_depth
         n_sel = int(sel.sum()) if use else 0
@@ -184,7 +193,7 @@ class Drafter(nn.Module):
             corrected, gate = self.corrector(h[sel], got.readout, correction.use_gate)
             pre = h.clone()
             pre[sel] = corrected
-        return self.logits(pre), got, gate, pre
+        return pre, got, gate
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """h [S, D] -> LM-head logits [S, V] with no correction (RMSNorm + the target's head); the

@@ -40,6 +40,14 @@ def cumulative_mass_k(probs_sorted: torch.Tensor, n_valid: torch.Tensor, rho: fl
     return torch.minimum(k, n_valid)
 
 
+def selection_weights(p_sorted: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Descending-sorted probabilities [S, W] and K per row -> (keep [S, W]: the first K of each row,
+    alpha [S, W]: the kept probabilities renormalised over the selected set, 0 on pads)."""
+    keep = torch.arange(p_sorted.shape[1], device=k.device)[None, :] < k[:, None]
+    w = p_sorted * keep
+    return keep, w / w.sum(-1, keepdim=True).clamp_min(1e-12)
+
+
 class Retriever(nn.Module):
     def __init__(self, hidden_size: int, key_dim: int, max_depth: int):
         super().__init__()
@@ -92,23 +100,19 @@ class Retriever(nn.Module):
         else:
             k = cumulative_mass_k(p_sorted, n_valid, cfg.rho, cfg.k_min, cfg.k_max)
         # rows keep their full candidate width (no host sync for max K); pads carry weight 0
-        keep = torch.arange(order.shape[1], device=k.device)[None, :] < k[:, None]   # [S, width]
-        w = p_sorted * keep
-        w = w / w.sum(-1, keepdim=True).clamp_min(1e-12)              # renormalise over the selected set
+        keep, w = selection_weights(p_sorted, k)
         idx = order
         # r = sum_i alpha_i u_i as one [S, N] @ [N, D] product (pads carry weight 0)
         dense_w = torch.zeros(h.shape[0], n, dtype=w.dtype, device=w.device).scatter(1, idx, w)
         readout = dense_w @ memory.values
         return Retrieved(readout=readout, indices=idx.masked_fill(~keep, -1), weights=w, k=k)
 
-
     def _fast(self, h: torch.Tensor, depth: torch.Tensor | int, memory: VisualMemory, cfg: RetrievalConfig) -> Retrieved:
         """The decode loop's retrieval (cumulative or fixed K, no autograd) in about half the ops of
         `forward`'s general path, with the same selection rule. The query and key projections fold
         into one [D, N] product per memory: s = (LN(h) + E[d]) W_Q^T K^T / sqrt(d_r)
         = LN(h) A + (E A)[d], with A and E A (invalid entries at -inf) built once per request."""
-        table = self._score_tables(memory, cfg.mode)
-        a, bias, n_valid = table
+        a, bias, n_valid = self._score_tables(memory, cfg.mode)
         x = torch.nn.functional.layer_norm(h, self.norm.normalized_shape, self.norm.weight, self.norm.bias,
                                            self.norm.eps)
         row = bias[min(depth, bias.shape[0] - 1)] if isinstance(depth, int) else \
@@ -120,9 +124,7 @@ class Retriever(nn.Module):
             k = torch.full((h.shape[0],), min(cfg.fixed_k, n_valid), dtype=torch.long, device=h.device)
         else:   # cumulative_mass_k with the clamps folded into one (K_max and |V| are host ints here)
             k = ((p_sorted.cumsum(-1) < cfg.rho - 1e-6).sum(-1) + 1).clamp(min=cfg.k_min, max=min(cfg.k_max, n_valid))
-        keep = torch.arange(cap, device=h.device)[None, :] < k[:, None]
-        w = p_sorted * keep
-        w = w / w.sum(-1, keepdim=True).clamp_min(1e-12)
+        keep, w = selection_weights(p_sorted, k)
         readout = torch.bmm(w.unsqueeze(1), memory.values[order]).squeeze(1)
         return Retrieved(readout=readout, indices=order.masked_fill(~keep, -1), weights=w, k=k)
 

@@ -124,7 +124,7 @@ def main(argv=None) -> None:
         from fovea.drafter import Drafter
 
         loaded = {name: Drafter.from_pretrained(folder) for name, folder in args.drafters.items()}
-        pipe = FoveaPipeline(pipe.target, {**{k: d for k, d in pipe.drafters.items()}, **loaded})
+        pipe = FoveaPipeline(pipe.target, {**pipe.drafters, **loaded})
     table = {**METHODS, **drafter_methods(pipe, args.drafters)}
     max_new = args.max_new_tokens or (64 if args.tree_sweep else preset["max_new_tokens"])
     base = FoveaConfig().replace(decoding={"max_new_tokens": max_new, "trace": False})

@@ -47,6 +47,11 @@ def _first_number(text: str) -> str | None:
     return m.group(0) if m else None
 
 
+def _last_number(text: str) -> str | None:
+    numbers = _NUMBER.findall(text)
+    return numbers[-1] if numbers else None
+
+
 def _whole_words(needle: str, text: str) -> bool:
     return bool(re.search(r"(?<!\w)" + re.escape(needle) + r"(?!\w)", text))
 
@@ -64,14 +69,12 @@ def answer_correct(sample, text: str) -> bool:
         named = _LABEL.findall(text)
         return bool(named) and named[-1] == gold
     if task == "chart/value":
-        numbers = _NUMBER.findall(text)
-        return bool(numbers) and numbers[-1] == gold
+        return _last_number(text) == gold
     if task == "ocr/read":
         return _CAPS.findall(first_sentence(text)) == gold.split()
     if task == "chart/describe":
         return _PAIR.findall(text) == _PAIR.findall(gold)
     if task == "scene/describe":
-        numbers = _NUMBER.findall(text)
-        return (bool(numbers) and numbers[-1] == gold
+        return (_last_number(text) == gold
                 and Counter(_ITEM.findall(text)) == Counter(_ITEM.findall(sample.answer)))
     raise ValueError(f"no scoring rule for task {task!r}")

@@ -60,10 +60,7 @@ def _head_losses(drafter, h, depth, memory_per_row, valid, nxt_feat, nxt_logits,
         if hb.shape[0] == 0:
             continue
         d = torch.full((hb.shape[0],), depth, dtype=torch.long, device=hb.device)
-        logits, got, gate = drafter.head(hb, d, memory_per_row[b], ccfg, rcfg)
-        pre = hb
-        if got is not None:
-            pre, _ = drafter.corrector(hb, got.readout, ccfg.use_gate)
+        logits, _, _, pre = drafter.head_with_state(hb, d, memory_per_row[b], ccfg, rcfg)
         rows_h.append(hb)
         rows_pre.append(pre)
         rows_logits.append(logits)
@@ -119,11 +116,7 @@ def corrected_states(drafter: Drafter, h: torch.Tensor, memory: list, ccfg: Corr
                      rcfg: RetrievalConfig) -> torch.Tensor:
     """h [B, T, D] depth-0 draft states -> h + g * c per row (its image's memory): what a child reads
     with correction.propagate."""
-    rows = []
-    for b in range(h.shape[0]):
-        depth = torch.zeros(h.shape[1], dtype=torch.long, device=h.device)
-        rows.append(drafter.head_with_state(h[b], depth, memory[b], ccfg, rcfg)[3])
-    return torch.stack(rows)
+    return torch.stack([drafter.correct(h[b], 0, memory[b], ccfg, rcfg)[0] for b in range(h.shape[0])])
 
 
 def answer_loss_mask(labels: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from fovea.data import TASKS, make_sample
+from fovea.data import TASKS, eval_seeds, make_sample
 from fovea.data.scoring import answer_correct
 from fovea.models.bundled import ASSETS, DEFAULT_TARGET_DIR, load_target
 from fovea.training.target import evaluate
@@ -92,7 +92,6 @@ def step_costs(target, repeats: int = 30) -> dict:
 def mention_shares(tokenizer, n: int) -> dict[str, float]:
     """Share of answer tokens inside mention spans, per family and overall, on n held-out questions
     per task (the issue's aim: >= 30% overall)."""
-    from fovea.data import eval_seeds
     from fovea.training.packing import mention_share
 
     groups = {fam: [make_sample(seed, fam, task) for task in tasks for seed in eval_seeds(n)]
