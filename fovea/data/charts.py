@@ -102,8 +102,11 @@ def ask(layout: Layout, task: str, choice, rng: random.Random) -> QA:
         return text.ask(rng, text.CHART, task, short, **fields)
     bar = bars[choice]
     short = bar.label if task == "highest" else str(bar.value)
-    return text.ask(rng, text.CHART, task, short, label=Name(bar.label, choice), value=Name(str(bar.value), choice),
-                    ordinal=Name(text.ORDINALS[choice], choice), **fields)
+    if task == "value":  # the bars up to and including the asked one
+        fields["upto"] = text.join([[Name(b.label, i), " is ", Name(str(b.value), i)]
+                                    for i, b in enumerate(bars[:choice + 1])])
+    return text.ask(rng, text.CHART, task, short, label=Name(bar.label, choice),
+                    value=Name(str(bar.value), choice), **fields)
 
 
 def render(layout: Layout) -> tuple[Image.Image, list[Obj], dict[str, np.ndarray]]:

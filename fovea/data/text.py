@@ -97,8 +97,6 @@ def article(word: str) -> str:
     return "an" if word[0] in "aeiou" else "a"
 
 
-ORDINALS = ("first", "second", "third", "fourth", "fifth")
-
 # Fillers are appended, in seeded order, until an answer reaches MIN_WORDS.
 # They carry no colour, digit or position words, so they never look like a short answer.
 SCENE = {
@@ -200,11 +198,12 @@ CHART = {
     "value": {
         "q": ["What is the value of bar {label}?", "How high is the bar labelled {label}?",
               "What number is shown above bar {label}?"],
-        # read every bar first, then pick the asked one: the answer is the last number
-        "a": ["From left to right, the chart shows {pairs}. So bar {label} has a value of {value}.",
-              "Reading the {count} from the left: {pairs}. Bar {label} is the {ordinal} of them, and its "
-              "value is {value}.",
-              "Bar by bar from the left, {pairs}, so the value of {label} is {value}."],
+        # read the bars from the left up to the asked one, then repeat its value: the answer is the last number.
+        # (Listing every bar and then copying the asked value back, or naming its ordinal, failed at step 26,850:
+        # the model listed the bars right and copied a neighbour's value, 30% held-out.)
+        "a": ["From the left, {upto}. So bar {label} has a value of {value}.",
+              "Reading the bars from the left up to {label}: {upto}. Bar {label} has the value {value}.",
+              "Bar by bar from the left, {upto}, so the value of {label} is {value}."],
     },
     "describe": {
         "q": ["Describe the chart.", "What does this bar chart show?", "List every bar and its value.",
