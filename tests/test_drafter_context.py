@@ -102,5 +102,6 @@ def test_training_with_propagate_feeds_the_depth1_step_the_corrected_state(tiny_
                                image_token_id=target.image_token_id)
         losses[propagate] = m
         loss.backward()
-    assert losses[True]["hid1"] == pytest.approx(losses[False]["hid1"])      # depth 0 is the same
+    for k in ("hid1", "kl1", "tok1"):   # depth 0 is the same (its states corrected once, for the loss and the feed)
+        assert losses[True][k] == pytest.approx(losses[False][k], rel=1e-5), k
     assert losses[True]["hid2"] != pytest.approx(losses[False]["hid2"])      # depth 1 reads h + g*c

@@ -52,15 +52,20 @@ def token_loss(logits: torch.Tensor, target_logits: torch.Tensor) -> torch.Tenso
     return 1.5 * ce + 0.5 * F.softplus(0.5 - (z_y - sixth)).mean()
 
 
-def _head_losses(drafter, h, depth, memory_per_row, valid, nxt_feat, nxt_logits, ccfg, rcfg):
-    """Losses of draft states h [B, T, D] at `depth` against next features / logits, on `valid` [B, T]."""
+def _head_losses(drafter, h, depth, memory_per_row, valid, nxt_feat, nxt_logits, ccfg, rcfg, corrected=None):
+    """Losses of draft states h [B, T, D] at `depth` against next features / logits, on `valid` [B, T].
+    `corrected` [B, T, D]: the LM-head inputs already computed for these states (skips the corrector)."""
     rows_h, rows_pre, rows_logits = [], [], []
     for b in range(h.shape[0]):
         hb = h[b][valid[b]]                                           # [M_b, D]
         if hb.shape[0] == 0:
             continue
-        d = torch.full((hb.shape[0],), depth, dtype=torch.long, device=hb.device)
-        logits, _, _, pre = drafter.head_with_state(hb, d, memory_per_row[b], ccfg, rcfg)
+        if corrected is not None:
+            pre = corrected[b][valid[b]]
+            logits = drafter.logits(pre)
+        else:
+            d = torch.full((hb.shape[0],), depth, dtype=torch.long, device=hb.device)
+            logits, _, _, pre = drafter.head_with_state(hb, d, memory_per_row[b], ccfg, rcfg)
         rows_h.append(hb)
         rows_pre.append(pre)
         rows_logits.append(logits)
@@ -99,13 +104,15 @@ def drafter_loss(drafter: Drafter, art: dict, ids: torch.Tensor, loss_mask: torc
     # step 1: pair i = (token i+1, f_i) -> predicts f_{i+1}, logits_{i+1}
     h1, kv1 = drafter.step(ids[:, 1:], feats[:, :-1], pos, mask1, None)
     v1 = loss_mask[:, 1:] & pad
-    loss1, m1 = _head_losses(drafter, h1, 0, memory, v1, feats[:, 1:], logits[:, 1:], ccfg, rcfg)
+    # with propagate, children read the corrected depth-0 states: correct every position once, for both uses
+    pre1 = corrected_states(drafter, h1, memory, ccfg, rcfg) if ccfg.propagate and ccfg.enabled else None
+    loss1, m1 = _head_losses(drafter, h1, 0, memory, v1, feats[:, 1:], logits[:, 1:], ccfg, rcfg, pre1)
     # step 2 (depth 1): pair (token i+2, h1_i) at position i+1 attends pairs 0..i of step 1 and itself
     t2 = t - 2
     mask2 = torch.zeros(b, 1, t2, t - 1 + t2, dtype=torch.bool, device=dev)
     mask2[:, 0, :, : t - 1] = mask1[:, 0, :t2, :]
     mask2[:, 0, :, t - 1:] = torch.eye(t2, dtype=torch.bool, device=dev)
-    feed = corrected_states(drafter, h1[:, :t2], memory, ccfg, rcfg) if ccfg.propagate and ccfg.enabled else h1
+    feed = h1 if pre1 is None else pre1
     h2, _ = drafter.step(ids[:, 2:], feed[:, :t2], pos[:, :t2] + 1, mask2, kv1)
     v2 = loss_mask[:, 2:] & att[:, 2:].bool()
     loss2, m2 = _head_losses(drafter, h2, 1, memory, v2, feats[:, 2:], logits[:, 2:], ccfg, rcfg)
