@@ -317,7 +317,7 @@ def test_mention_share_counts_the_answer_tokens_that_name_the_image():
     from fovea.models.bundled import ASSETS, load_tokenizer
     from fovea.training.packing import mention_share
 
-    tok = load_tokenizer(ASSETS / "target_v2")
+    tok = load_tokenizer(ASSETS / "target")
     value = [make_sample(seed, "chart", "value") for seed in eval_seeds(10)]
     share = mention_share(tok, value)
     assert 0.2 < share < 0.6        # the listed pairs and the answer are mentions, the template words not

@@ -48,8 +48,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--baseline-drafter", type=Path,
                    help="the no-correction drafter (default assets/drafter_nocorr with the default target)")
     p.add_argument("--drafters", nargs="+", default=[], metavar="NAME=FOLDER",
-                   help="more drafters by the name the methods use, e.g. fovea_text=assets/drafter_v2_text "
-                        "no_correction_text=assets/drafter_v2_text_nocorr (a non-default target loads none)")
+                   help="more drafters by the name the methods use, e.g. fovea_text=assets/drafter_text "
+                        "no_correction_text=assets/drafter_text_nocorr (a non-default target loads none)")
     p.add_argument("--assistant", type=Path, help="assistant LM folder for hf_assisted (default assets/assistant)")
     p.add_argument("--tiny-random", action="store_true", help="random tiny model (smoke tests, no assets)")
     p.add_argument("--out", type=Path, help="results folder (default assets/results/bench, "

@@ -106,7 +106,7 @@ def main(argv=None) -> None:
     p.add_argument("--out", type=Path, help="write the JSON here too")
     args = p.parse_args(argv)
     if not (args.target / "config.json").exists():
-        p.error(f"{args.target} has no config.json; pass an exported target folder (e.g. assets/target_v2)")
+        p.error(f"{args.target} has no config.json; pass an exported target folder (e.g. assets/target)")
     if args.n < 1:
         p.error("--n must be >= 1")
     model = LlavaForConditionalGeneration.from_pretrained(str(args.target), dtype=torch.float32).eval()
