@@ -90,12 +90,17 @@ def options(layout: Layout, task: str) -> list:
     raise ValueError(f"unknown chart task {task!r}")
 
 
+def _pairs(bars) -> list:
+    """The bars from the left as "U is 2, X is 5 and P is 3", each label and value named as its bar."""
+    return text.join([[Name(bar.label, i), " is ", Name(str(bar.value), i)] for i, bar in enumerate(bars)])
+
+
 def ask(layout: Layout, task: str, choice, rng: random.Random) -> QA:
     """Word the question `choice` (one of options(layout, task))."""
     bars = layout.bars
     n = len(bars)
     values = text.join([Name(str(bar.value), i) for i, bar in enumerate(bars)])  # "3, 7, 5 and 2"
-    pairs = text.join([[Name(bar.label, i), " is ", Name(str(bar.value), i)] for i, bar in enumerate(bars)])
+    pairs = _pairs(bars)
     fields = dict(count=text.count(n, "bar"), be=text.be(n), values=values, pairs=pairs)
     if task == "describe":
         short = text.fill("{pairs}", pairs=pairs)[0]  # "U is 2, X is 5 and P is 3": every bar
@@ -103,8 +108,7 @@ def ask(layout: Layout, task: str, choice, rng: random.Random) -> QA:
     bar = bars[choice]
     short = bar.label if task == "highest" else str(bar.value)
     if task == "value":  # the bars up to and including the asked one
-        fields["upto"] = text.join([[Name(b.label, i), " is ", Name(str(b.value), i)]
-                                    for i, b in enumerate(bars[:choice + 1])])
+        fields["upto"] = _pairs(bars[:choice + 1])
     return text.ask(rng, text.CHART, task, short, label=Name(bar.label, choice),
                     value=Name(str(bar.value), choice), **fields)
 
