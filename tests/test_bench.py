@@ -77,6 +77,24 @@ def test_tree_sweep_compares_every_shape_on_tuning_questions(tmp_path):
         main(["--tree-sweep", "--tiny-random", "--methods", "fovea"])
 
 
+def test_profile_splits_rounds_and_writes_cost_curves(tmp_path):
+    """--profile writes the per-stage split, the tracing overhead and the cost curves: a target forward
+    per tree size (n = 1 is an autoregressive step) and a drafter step per width, each timed."""
+    from fovea.bench.profile import CURVE_NODES, CURVE_WIDTHS
+
+    main(["--profile", "--tiny-random", "--n", "2", "--max-new-tokens", "6", "--out", str(tmp_path)])
+    data = json.loads((tmp_path / "profile.json").read_text())
+    curves = data["curves"]
+    tree_nodes = data["meta"]["tree"]["total_tokens"] + 1      # the profiled tree's own size is on the curve
+    assert list(curves["target_forward_ms"]) == [str(n) for n in sorted({*CURVE_NODES, tree_nodes})]
+    assert list(curves["drafter_step_ms"]) == [str(w) for w in CURVE_WIDTHS]
+    assert all(v > 0 for v in [*curves["target_forward_ms"].values(), *curves["drafter_step_ms"].values()])
+    assert curves["target_forward_in_steps"]["1"] == 1.0 and data["compile"] is None
+    assert data["profile"]["rounds"] > 0 and set(data["profile"]["per_round_ms"]) >= {"verify", "commit/drafter"}
+    md = (tmp_path / "profile.md").read_text()
+    assert "Cost curves" in md and "With a free drafter" in md and "torch.compile" not in md and "nan" not in md
+
+
 def test_extra_drafters_are_named_folders(tmp_path, capsys):
     from fovea.bench.cli import parse_args
 

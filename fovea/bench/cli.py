@@ -60,6 +60,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--profile", action="store_true",
                    help="split FOVEA rounds into per-level drafter stages, verify and commit, and measure the "
                         "tracing overhead (default 20 questions; writes assets/results/profile)")
+    p.add_argument("--compile-check", action="store_true",
+                   help="with --profile: also time the drafter block under torch.compile against eager "
+                        "(compiling takes seconds to a minute)")
     p.add_argument("--stop-below", type=float, default=None,
                    help="dynamic depth for every tree method: stop drafting below a level whose best path has a "
                         "draft probability under this (TreeConfig.stop_below; default 0 = fixed depth)")
@@ -159,11 +162,13 @@ def main(argv=None) -> None:
 
 
 def profile(args, pipe, base: FoveaConfig) -> str:
-    from fovea.bench.profile import profile_rounds, tracing_overhead, write_profile
+    from fovea.bench.profile import CURVE_NODES, compile_check, cost_curves, profile_rounds, tracing_overhead, write_profile
 
     n = args.n or 20
     samples = held_out(n)
     split = profile_rounds(pipe, samples, base)
     tracing = tracing_overhead(pipe, samples, base)
+    curves = cost_curves(pipe, samples[0], nodes=sorted({*CURVE_NODES, base.tree.total_tokens + 1}))
+    compiled = compile_check(pipe) if args.compile_check else None
     meta = {**run_meta(args.argv, n, base), "tree": dataclasses.asdict(base.tree)}
-    return write_profile(args.out or Path("assets/results/profile"), split, tracing, meta)
+    return write_profile(args.out or Path("assets/results/profile"), split, tracing, meta, curves, compiled)

@@ -6,6 +6,11 @@ final selection), the target's verify, and the commit (target cache surgery, the
 cache extended with the accepted pairs). Autoregressive decoding of the same questions
 gives the per-token cost a round competes with. The tracing overhead is FOVEA's wall time with
 tracing on over tracing off, the two interleaved per question (order alternated) and repeated.
+The cost curves time one target forward over a tree of n nodes after a real prefill (n = 1 is an
+autoregressive step) and one drafter step over w tree nodes, so a round's cost can be read in
+target steps: on a small target on 2 CPU cores a 16-node verification is arithmetic, not just
+per-call overhead, and no drafter, however good, is free. With `compile_check`, the drafter
+block's eager call is compared with `torch.compile`'s (compile time included).
 Writes profile.json and profile.md; the numbers are measured, none are assumed.
 """
 from __future__ import annotations
@@ -15,10 +20,17 @@ import statistics
 import time
 from pathlib import Path
 
+import torch
+
 from fovea.candidates import TreeDrafter
 from fovea.config import FoveaConfig
 from fovea.decoding import run
+from fovea.draft import extend
 from fovea.profile import Clock
+from fovea.tree import ancestors_of
+
+CURVE_NODES = (1, 2, 4, 8, 16, 32)
+CURVE_WIDTHS = (1, 2, 4, 8)
 
 DRAFT_STAGES = ("draft/blocks", "draft/head", "draft/retrieval", "draft/correction", "draft/tree")
 # commit/target: the target cache keeps root + accepted path; commit/drafter: the drafter caches the new pairs
@@ -56,6 +68,87 @@ def profile_rounds(pipe, samples, cfg: FoveaConfig, drafter: str = "fovea") -> d
             "autoregressive_ms_per_token": ar_ms / max(1, ar_tokens)}
 
 
+def _median_ms(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times)
+
+
+def _binary_tree(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A balanced binary tree of n nodes (root 0): its ancestor mask [n, n] and depths [n]."""
+    mask = ancestors_of([-1] + [(i - 1) // 2 for i in range(1, n)])
+    return mask, mask.sum(1) - 1
+
+
+@torch.inference_mode()
+def cost_curves(pipe, sample, drafter: str = "fovea", repeats: int = 40, nodes=CURVE_NODES,
+                widths=CURVE_WIDTHS) -> dict:
+    """Median ms of one target forward over a binary tree of n nodes after `sample`'s prefill (the cache
+    is cut back after each call), and of one drafter step over w tree nodes after the prompt's pairs;
+    the sizes interleaved, `repeats` calls each."""
+    target, model = pipe.target, pipe.drafters[drafter]
+    prompt = target.prepare(sample.image, sample.question)
+    state, out = target.prefill(prompt)
+    vocab = min(target.vocab_size, 1000)
+    trees = {n: _binary_tree(n) for n in nodes}
+    tokens = {n: torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(n)) for n in nodes}
+
+    def verify(n):
+        target.forward(state, tokens[n], trees[n][1], trees[n][0] if n > 1 else None)
+        target.commit(state, n, torch.empty(0, dtype=torch.long))
+
+    ids = prompt.input_ids[0]
+    first = out.logits[-1].argmax()[None]
+    dstate = extend(model, None, torch.cat([ids[1:], first]), out.hidden, capacity=ids.shape[0] + 64)
+    d = model.cfg.hidden_size
+    feats = {w: torch.randn(1, w, d, generator=torch.Generator().manual_seed(w)) for w in widths}
+    masks = {w: torch.ones(1, 1, w, dstate.length + w, dtype=torch.bool) for w in widths}
+
+    def draft(w):
+        model.step(tokens[max(nodes)][:w][None], feats[w], torch.full((1, w), dstate.next_pos), masks[w],
+                   buffers=dstate.buffers, at=dstate.length, max_pos=dstate.next_pos)
+
+    verify_ms = {n: [] for n in nodes}
+    draft_ms = {w: [] for w in widths}
+    for _ in range(repeats):                         # interleaved: drift hits every size alike
+        for n in nodes:
+            verify_ms[n].append(_median_ms(lambda: verify(n), 1))
+        for w in widths:
+            draft_ms[w].append(_median_ms(lambda: draft(w), 1))
+    verify_med = {str(n): statistics.median(v) for n, v in verify_ms.items()}
+    return {"context_tokens": state.length, "target_forward_ms": verify_med,
+            "drafter_step_ms": {str(w): statistics.median(v) for w, v in draft_ms.items()},
+            "target_forward_in_steps": {n: v / verify_med["1"] for n, v in verify_med.items()}}
+
+
+def compile_check(pipe, drafter: str = "fovea", width: int = 2, context: int = 200, repeats: int = 300) -> dict:
+    """The drafter block's eager call against `torch.compile(dynamic=True)`'s, at `width` tree nodes over
+    `context` cached pairs: compile seconds (first call), then the median ms of each."""
+    model = pipe.drafters[drafter]
+    block, d = model.blocks[0], model.cfg.hidden_size
+    buffers = model.new_buffers(context + 64)
+    x = torch.randn(1, width, d, generator=torch.Generator().manual_seed(0))
+    pos = torch.full((1, width), context)
+    mask = torch.ones(1, 1, width, context + width, dtype=torch.bool)
+    with torch.inference_mode():
+        rope = model._rope(pos, context)
+        eager = lambda: block(x, rope, mask, None, buffers[0], context)
+        _median_ms(eager, 20)
+        eager_ms = _median_ms(eager, repeats)
+        t0 = time.perf_counter()
+        compiled = torch.compile(block, dynamic=True)
+        compiled(x, rope, mask, None, buffers[0], context)
+        compile_s = time.perf_counter() - t0
+        call = lambda: compiled(x, rope, mask, None, buffers[0], context)
+        _median_ms(call, 20)
+        compiled_ms = _median_ms(call, repeats)
+    return {"width": width, "context": context, "eager_ms": eager_ms, "compiled_ms": compiled_ms,
+            "compile_seconds": compile_s, "torch": torch.__version__}
+
+
 def tracing_overhead(pipe, samples, cfg: FoveaConfig, repeats: int = 3, drafter: str = "fovea") -> dict:
     """FOVEA wall time with tracing on vs off, interleaved per question with the order alternated."""
     strategy = TreeDrafter(drafter, pipe.drafters[drafter])
@@ -75,7 +168,32 @@ def tracing_overhead(pipe, samples, cfg: FoveaConfig, repeats: int = 3, drafter:
             "overhead_median_per_question": statistics.median(ratios) - 1}
 
 
-def profile_markdown(p: dict, t: dict, meta: dict) -> str:
+def curves_markdown(c: dict, p: dict, meta: dict) -> list[str]:
+    """The cost curves and what they bound: a round in target steps, and the speedup with a free drafter."""
+    step = c["target_forward_ms"]["1"]
+    nodes = meta["tree"]["total_tokens"] + 1            # the root plus the kept draft nodes
+    lines = ["", f"Cost curves (one call, median of interleaved repeats, after a {c['context_tokens']}-token prefill):",
+             "", "| target forward, nodes | " + " | ".join(c["target_forward_ms"]) + " |",
+             "|" + "---|" * (len(c["target_forward_ms"]) + 1),
+             "| ms | " + " | ".join(f"{v:.2f}" for v in c["target_forward_ms"].values()) + " |",
+             "| in one-token steps | " + " | ".join(f"{v / step:.2f}" for v in c["target_forward_ms"].values()) + " |",
+             "", "| drafter step, tree nodes | " + " | ".join(c["drafter_step_ms"]) + " |",
+             "|" + "---|" * (len(c["drafter_step_ms"]) + 1),
+             "| ms | " + " | ".join(f"{v:.3f}" for v in c["drafter_step_ms"].values()) + " |",
+             "| in one-token target steps | " + " | ".join(f"{v / step:.2f}" for v in c["drafter_step_ms"].values())
+             + " |"]
+    r = p["per_round_ms"]
+    verify_commit = r["verify"] + r["commit/target"] + r["commit/drafter"]
+    ar = p["autoregressive_ms_per_token"]
+    lines += ["", f"A round of this profile costs {sum(r.values()) / ar:.1f} autoregressive tokens' time for "
+                  f"tau {p['tau_with_bonus']:.2f}: verify + commit alone {verify_commit / ar:.1f}, drafting "
+                  f"{p['draft_ms_per_round'] / ar:.1f}. With a free drafter the same tau would give at most "
+                  f"{p['tau_with_bonus'] * ar / verify_commit:.2f}x; a {nodes}-node forward costs "
+                  f"{c['target_forward_ms'].get(str(nodes), float('nan')) / step:.2f} one-token steps here."]
+    return lines
+
+
+def profile_markdown(p: dict, t: dict, meta: dict, curves: dict | None = None, compiled: dict | None = None) -> str:
     r = p["per_round_ms"]
     round_ms = sum(r.values())
     lines = [f"Profile {meta['date']} on {meta['machine']}; {meta['n_questions']} held-out questions, max "
@@ -97,12 +215,21 @@ def profile_markdown(p: dict, t: dict, meta: dict) -> str:
     lines += ["", f"Tracing overhead (FOVEA, tracing on vs off, {t['runs_per_setting']} interleaved runs each): "
                   f"{100 * t['overhead_total']:+.1f}% total wall time, "
                   f"{100 * t['overhead_median_per_question']:+.1f}% median per question."]
+    if curves is not None:
+        lines += curves_markdown(curves, p, meta)
+    if compiled is not None:
+        lines += ["", f"torch.compile (torch {compiled['torch']}, dynamic shapes) of the drafter block, "
+                      f"{compiled['width']} nodes over {compiled['context']} cached pairs: "
+                      f"{compiled['compiled_ms']:.3f} ms per call against {compiled['eager_ms']:.3f} ms eager, "
+                      f"after {compiled['compile_seconds']:.1f} s of compiling."]
     return "\n".join(lines) + "\n"
 
 
-def write_profile(out: Path, p: dict, t: dict, meta: dict) -> str:
+def write_profile(out: Path, p: dict, t: dict, meta: dict, curves: dict | None = None,
+                  compiled: dict | None = None) -> str:
     out.mkdir(parents=True, exist_ok=True)
-    md = profile_markdown(p, t, meta)
-    (out / "profile.json").write_text(json.dumps({"meta": meta, "profile": p, "tracing": t}, indent=1))
+    md = profile_markdown(p, t, meta, curves, compiled)
+    (out / "profile.json").write_text(json.dumps({"meta": meta, "profile": p, "tracing": t, "curves": curves,
+                                                  "compile": compiled}, indent=1))
     (out / "profile.md").write_text(md)
     return md

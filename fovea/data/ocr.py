@@ -50,7 +50,8 @@ def sample_layout(rng: random.Random, split: str = "train") -> Layout:
     words: list[str] = []
     while len(words) < n:
         word = "".join(rng.choice(ALPHABET) for _ in range(rng.randint(3, 6)))
-        if word not in words:
+        # a narrow page takes only the words that fit on one line at the smallest font
+        if word not in words and glyphs.text_width(word, min(style.font_sizes)) <= width - 2 * MARGIN:
             words.append(word)
     lines = []
     for word, row in zip(words, sorted(rng.sample(range(3), n))):

@@ -121,6 +121,20 @@ def _tints(seed: str, n: int, lo: int, hi: int, spread: int) -> tuple[tuple[int,
     return tuple(out)
 
 
+def _hued(seed: str, n: int) -> tuple[tuple[int, int, int], ...]:
+    """n seeded scene backgrounds in any hue: half dark and saturated (value <= 0.2), half light and
+    pale (value >= 0.9, saturation <= 0.15), each far from every shifted colour, so a shape of any
+    palette colour still stands out."""
+    rng, out = random.Random(seed), []
+    while len(out) < n:
+        dark = len(out) % 2 == 0
+        rgb = (_hsv(rng.random(), rng.uniform(0.3, 0.8), rng.uniform(0.08, 0.2)) if dark else
+               _hsv(rng.random(), rng.uniform(0.03, 0.15), rng.uniform(0.9, 0.98)))
+        if _far_from_shifted(rgb) and rgb not in out:
+            out.append(rgb)
+    return tuple(out)
+
+
 def _papers(seed: str, n: int) -> tuple[tuple[tuple[int, int, int], tuple[int, int, int]], ...]:
     """n seeded (background, ink) pairs in any hue, dark on light or light on dark, with the ink's
     luminance at least 110 away from the background's so every glyph stays legible."""
@@ -148,10 +162,13 @@ def _luma(rgb: tuple[int, int, int]) -> float:
 # values inside the training range (fonts, colours) and outside it (aspect ratios, shape radii).
 STYLES = {
     "train": Style(
-        sizes=((192, 192), (192, 144), (144, 192), (192, 160), (160, 192)),
+        # aspect ratios 1 to 1.6 either way (the shifted split's 1.5 and 1.09 fall between them, never on them)
+        sizes=((192, 192), (192, 144), (144, 192), (192, 160), (160, 192), (192, 120), (120, 192), (192, 184),
+               (184, 192)),
         scene_backgrounds=((18, 18, 22), (30, 30, 38), (14, 26, 34), (36, 30, 28),  # dark
                            (236, 234, 226), (246, 246, 246), (222, 230, 238))         # light
-        + _tints("style/scene/dark", 8, 8, 44, 12) + _tints("style/scene/light", 8, 214, 248, 10),
+        + _tints("style/scene/dark", 8, 8, 44, 12) + _tints("style/scene/light", 8, 214, 248, 10)
+        + _hued("style/scene/hued", 12),
         shape_radius=(13, 24),
         font_sizes=(25, 26, 28, 29, 30, 31, 32, 33, 35, 36),
         chart_font_sizes=(19, 20, 22, 23, 24, 25, 27),
