@@ -26,8 +26,10 @@ DRAFTER_CONTEXTS = ("full", "text")
 class RetrievalConfig:
     mode: str = "cumulative"
     rho: float = 0.8        # cumulative probability mass (paper: 0.8)
-    k_min: int = 4          # paper: 32 of ~2-3k visual tokens; scaled to a 64-entry memory
-    k_max: int = 32         # paper: 256
+    # the paper's 32-256 of 870-2,900 entries is K_min 1-4% and K_max 9-29% of the memory; on the bundled
+    # 144-entry memory 4 and 32 are 2.8% and 22%
+    k_min: int = 4
+    k_max: int = 32
     fixed_k: int = 16       # used by mode="fixed" (and as K for random / static)
 
     def __post_init__(self) -> None:
@@ -75,10 +77,16 @@ class CorrectionConfig:
     # True (a deviation, measured in the README): children read h + g*c, so the image evidence a
     # corrected state retrieved reaches the levels below it (train with the same setting).
     propagate: bool = False
+    # Training only. 0 (the paper): retrieval learns end to end through the correction alone. > 0 (a
+    # deviation, measured in the README): plus this weight x -log(retrieval mass on the named object's
+    # patches) at every draft state that predicts a mention token (the generator's grounding labels).
+    ground_weight: float = 0.0
 
     def __post_init__(self) -> None:
         if self.max_depth < -1:
             raise ValueError(f"correction max_depth must be >= -1 (-1 = never), got {self.max_depth}")
+        if self.ground_weight < 0:
+            raise ValueError(f"correction ground_weight must be >= 0, got {self.ground_weight}")
 
 
 @dataclass(frozen=True)

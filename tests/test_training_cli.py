@@ -42,11 +42,13 @@ def test_drafter_command_continues_from_the_shipped_drafters(tmp_path):
     fovea_out, base_out, prop_out, narrow_out = (tmp_path / n for n in ("fovea", "base", "prop", "narrow"))
     main(["--init-from", str(ASSETS / "drafter"), str(ASSETS / "drafter_nocorr"), "--run-dir", str(tmp_path / "run"),
           "--out", str(fovea_out), "--baseline-out", str(base_out), "--total-steps", "1", "--batch-size", "2",
-          "--lr", "1e-6", "--variant", str(prop_out), "propagate=true", "--variant", str(narrow_out), "hidden=64"])
+          "--lr", "1e-6", "--variant", str(prop_out), "propagate=true", "--variant", str(narrow_out), "hidden=64", "ground_weight=0.5"])
     # variants train beside the pair, from FOVEA's weights where shapes agree, and remember their setting
     assert json.loads((prop_out / "config.json").read_text())["correction"]["propagate"] is True
     assert json.loads((fovea_out / "config.json").read_text())["correction"]["propagate"] is False
     assert json.loads((narrow_out / "config.json").read_text())["correction"]["hidden"] == 64
+    assert json.loads((narrow_out / "config.json").read_text())["correction"]["ground_weight"] == 0.5
+    assert json.loads((fovea_out / "config.json").read_text())["correction"]["ground_weight"] == 0.0
     prop, fov = Drafter.from_pretrained(prop_out).state_dict(), Drafter.from_pretrained(fovea_out).state_dict()
     assert max(float((prop[k] - fov[k]).abs().max()) for k in fov) < 1e-2
     narrow = Drafter.from_pretrained(narrow_out).state_dict()
@@ -62,7 +64,8 @@ def test_drafter_command_continues_from_the_shipped_drafters(tmp_path):
 
 
 @pytest.mark.parametrize("pairs,says", [(["hidden"], "KEY=VALUE"), (["enabled=false"], "KEY=VALUE"),
-                                        (["propagate=maybe"], "true or false"), (["hidden=wide"], "whole number")])
+                                        (["propagate=maybe"], "true or false"), (["hidden=wide"], "whole number"),
+                                        (["ground_weight=lots"], "a number"), (["ground_weight=-1"], ">= 0")])
 def test_drafter_variants_are_validated(pairs, says):
     from fovea.training.drafter_cli import correction_variant
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from fovea.training.packing import as_conversation, pack_batch, pack_text
+from fovea.training.packing import as_conversation, pack_text
 
 
 def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
@@ -30,15 +30,6 @@ def collate_text(samples, tokenizer, max_answer_tokens: int = 96, fmt: tuple[int
     kwargs = {} if fmt is None else {"fmt": fmt}
     b = pack_text([as_conversation(s) for s in samples], tokenizer, max_answer_tokens=max_answer_tokens, **kwargs)
     return b["input_ids"], b["attention_mask"], b["labels"]
-
-
-def collate(samples, tokenizer, max_answer_tokens: int = 96, fmt: tuple[int, str] | None = None,
-            image_size: int | None = None):
-    """Samples -> right-padded input ids, attention mask, answer-only labels, pixels, patch labels."""
-    kwargs = {} if fmt is None else {"fmt": fmt}
-    b = pack_batch([as_conversation(s) for s in samples], tokenizer, max_answer_tokens=max_answer_tokens,
-                   image_size=image_size, **kwargs)
-    return b["input_ids"], b["attention_mask"], b["labels"], b["pixel_values"], b["patch_labels"]
 
 
 def add_config_args(parser, config_cls) -> None:

@@ -79,13 +79,35 @@ def _head_losses(drafter, h, depth, memory_per_row, valid, nxt_feat, nxt_logits,
     return loss, {"hid": hid.item(), "kl": kl.item(), "tok": tok.item(), "acc": acc.item()}
 
 
+def retrieval_ground_loss(drafter: Drafter, h: torch.Tensor, depth: int, memory: list, patches: torch.Tensor,
+                          valid: torch.Tensor, rcfg: RetrievalConfig) -> tuple[torch.Tensor | None, float]:
+    """-log of the retrieval probability mass (softmax over the whole memory, before the K rule) on the
+    patches `patches` [B, T, N] names, at the valid [B, T] draft states h [B, T, D] that name something
+    -> (mean loss or None when no state does, mean mass)."""
+    losses = []
+    for b in range(h.shape[0]):
+        sel = valid[b] & patches[b].any(-1)
+        if not bool(sel.any()):
+            continue
+        hb = h[b][sel]
+        d = torch.full((hb.shape[0],), depth, dtype=torch.long, device=hb.device)
+        logp = torch.log_softmax(drafter.retriever.scores(hb, d, memory[b], rcfg.mode), -1)
+        losses.append(-torch.logsumexp(logp.masked_fill(~patches[b][sel].to(logp.device), float("-inf")), -1))
+    if not losses:
+        return None, float("nan")
+    nll = torch.cat(losses)
+    return nll.mean(), nll.detach().neg().exp().mean().item()
+
+
 def drafter_loss(drafter: Drafter, art: dict, ids: torch.Tensor, loss_mask: torch.Tensor,
                  att: torch.Tensor, ccfg: CorrectionConfig, rcfg: RetrievalConfig = RetrievalConfig(),
-                 image_token_id: int | None = None):
+                 image_token_id: int | None = None, ground: torch.Tensor | None = None):
     """Two-step (depth 0 and 1) drafter loss on one batch. loss_mask [B, T]: target positions j
     whose logits the drafter must match (the token at j+1 is an answer token). A text-context
     drafter (`drafter.cfg.context == "text"`) attends only to pairs without an image placeholder
-    (`image_token_id`), as it caches at run time; positions stay the target's."""
+    (`image_token_id`), as it caches at run time; positions stay the target's. `ground` [B, T, N]
+    (bool; position j: the patches of what token j+1 names) adds `ccfg.ground_weight` x the
+    retrieval-grounding loss of both steps' draft states."""
     feats, logits = art["feats"], art["logits"]
     b, t, _ = feats.shape
     memory = [drafter.encode_memory(art["visual"][i]) for i in range(b)] if ccfg.enabled else [None] * b
@@ -116,7 +138,16 @@ def drafter_loss(drafter: Drafter, art: dict, ids: torch.Tensor, loss_mask: torc
     h2, _ = drafter.step(ids[:, 2:], feed[:, :t2], pos[:, :t2] + 1, mask2, kv1)
     v2 = loss_mask[:, 2:] & att[:, 2:].bool()
     loss2, m2 = _head_losses(drafter, h2, 1, memory, v2, feats[:, 2:], logits[:, 2:], ccfg, rcfg)
-    return loss1 + loss2, {**{k + "1": v for k, v in m1.items()}, **{k + "2": v for k, v in m2.items()}}
+    loss = loss1 + loss2
+    if ground is not None and ccfg.enabled and ccfg.ground_weight > 0:
+        # the state of pair i predicts token i+2 (depth 0) / i+3 (depth 1): ground rows 1.. and 2..
+        for depth, h, rows, valid, m in ((0, h1, ground[:, 1:], v1, m1), (1, h2, ground[:, 2:], v2, m2)):
+            g_loss, mass = retrieval_ground_loss(drafter, h, depth, memory, rows[:, :h.shape[1]].to(h.device), valid,
+                                                 rcfg)
+            m["ground_mass"] = mass
+            if g_loss is not None:
+                loss = loss + ccfg.ground_weight * g_loss
+    return loss, {**{k + "1": v for k, v in m1.items()}, **{k + "2": v for k, v in m2.items()}}
 
 
 def corrected_states(drafter: Drafter, h: torch.Tensor, memory: list, ccfg: CorrectionConfig,
@@ -135,16 +166,18 @@ def answer_loss_mask(labels: torch.Tensor) -> torch.Tensor:
 
 def train_steps(target, drafters: dict, batches, ccfgs: dict, opt, steps: int, on_step=None) -> list[dict]:
     """Run `steps` optimisation steps of every drafter in `drafters` on shared target artifacts.
-    batches yields (ids, att, labels, pixels); returns the per-step metrics."""
+    batches yields (ids, att, labels, pixels) or (ids, att, labels, pixels, ground patches [B, T, N]);
+    returns the per-step metrics."""
     history = []
     for step in range(steps):
-        ids, att, labels, pixels = next(batches)
+        ids, att, labels, pixels, *rest = next(batches)
+        ground = rest[0] if rest else None
         art = target_artifacts(target, ids, att, pixels)
         lmask = answer_loss_mask(labels)
         total, metrics = 0.0, {}
         for name, drafter in drafters.items():
             loss, m = drafter_loss(drafter, art, ids, lmask, att, ccfgs[name],
-                                   image_token_id=getattr(target, "image_token_id", None))
+                                   image_token_id=getattr(target, "image_token_id", None), ground=ground)
             total = total + loss
             metrics.update({f"{name}/{k}": v for k, v in m.items()} | {f"{name}/loss": loss.item()})
         opt.zero_grad(set_to_none=True)

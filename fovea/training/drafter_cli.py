@@ -17,8 +17,8 @@ from fovea.config import CorrectionConfig
 from fovea.data import make_sample
 from fovea.drafter import Drafter, drafter_config_for
 from fovea.models.bundled import ASSETS, DEFAULT_DRAFTER_DIR, DEFAULT_TARGET_DIR, load_target, save_config_json
-from fovea.training.common import (Checkpointer, Timer, add_config_args, append_jsonl, collate,
-                                   config_from_args, lr_at)
+from fovea.training.common import Checkpointer, Timer, add_config_args, append_jsonl, config_from_args, lr_at
+from fovea.training.packing import as_conversation, pack_batch
 from fovea.training.drafter import train_steps
 
 
@@ -35,13 +35,15 @@ class DrafterTrainConfig:
 
 
 def batches(target, cfg: DrafterTrainConfig, start_step: int):
-    """Seeded single-turn batches in the target's own prompt format and image geometry."""
+    """Seeded single-turn batches in the target's own prompt format and image geometry:
+    (ids, attention mask, labels, pixels, ground patches [B, T, N]: per position, the patches of what
+    the next token names, for drafters trained with a retrieval-grounding loss)."""
     fmt = (target.num_image_tokens, target.prompt_order)
     for step in itertools.count(start_step):
         base = cfg.seed_offset + step * cfg.batch_size
-        ids, att, lab, pixels, _ = collate([make_sample(s) for s in range(base, base + cfg.batch_size)],
-                                           target.tokenizer, fmt=fmt, image_size=target.image_size)
-        yield ids, att, lab, pixels
+        convs = [as_conversation(make_sample(s)) for s in range(base, base + cfg.batch_size)]
+        b = pack_batch(convs, target.tokenizer, fmt, image_size=target.image_size)
+        yield b["input_ids"], b["attention_mask"], b["labels"], b["pixel_values"], b["ground_patches"]
 
 
 def correction_variant(pairs: list[str]) -> CorrectionConfig:
@@ -56,12 +58,20 @@ def correction_variant(pairs: list[str]) -> CorrectionConfig:
             if value.lower() not in ("true", "false", "1", "0"):
                 raise ValueError(f"{key} takes true or false, got {value!r}")
             changes[key] = value.lower() in ("true", "1")
+        elif fields[key].type in (float, "float"):
+            try:
+                changes[key] = float(value)
+            except ValueError:
+                raise ValueError(f"{key} takes a number, got {value!r}") from None
         else:
             try:
                 changes[key] = int(value)
             except ValueError:
                 raise ValueError(f"{key} takes a whole number, got {value!r}") from None
-    return CorrectionConfig(**changes)
+    try:
+        return CorrectionConfig(**changes)
+    except ValueError as err:
+        raise ValueError(str(err)) from None
 
 
 def main(argv=None) -> None:
