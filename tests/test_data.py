@@ -323,3 +323,20 @@ def test_mention_share_counts_the_answer_tokens_that_name_the_image():
     assert 0.2 < share < 0.6        # the listed pairs and the answer are mentions, the template words not
     unnamed = [dataclasses.replace(s, mentions=[]) for s in value]
     assert mention_share(tok, unnamed) == 0.0
+
+
+def test_chart_drills_list_the_bars_in_the_question_and_stop_at_the_asked_one():
+    """A text-only chart-value drill (charts.drill) is seeded, names every bar in its question, and
+    answers like a chart value: the bars from the left up to the asked one, commas only, then its value."""
+    from fovea.data.charts import drill
+
+    assert drill(5) == drill(5) and drill(5) != drill(6)
+    for seed in range(40):
+        qa = drill(seed)
+        listed = qa.question.split(" are ", 1)[1].split(". ", 1)[0]
+        bars = [pair.rsplit(" ", 1) for pair in listed.replace(" and ", ", ").split(", ")]
+        asked = next(label for label, _ in bars if qa.question.endswith((f" {label}?", f" {label}.")))
+        upto = bars[:[label for label, _ in bars].index(asked) + 1]
+        reading = ", ".join(f"{label} is {value}" for label, value in upto)
+        assert reading in qa.answer and " and " not in qa.answer and qa.short_answer == upto[-1][1]
+        assert qa.answer.rstrip(".").endswith(qa.short_answer) and not qa.mentions

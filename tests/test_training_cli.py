@@ -85,7 +85,7 @@ def test_target_focus_tasks_are_validated_and_oversampled_deterministically():
     assert first[0] == "colour" and first[1].question == make_sample(7, "scene", "colour").question
 
 
-def test_target_command_trains_packs_turns_and_exports_a_loadable_target(tmp_path):
+def test_target_command_trains_packs_turns_and_exports_a_loadable_target(tmp_path, capsys):
     """Two steps of the tiny preset from scratch: conversations packed with mention weights, curves
     probed, the export loads through load_target with its prompt order and 12 x 12 memory grid."""
     from fovea.models.bundled import load_target
@@ -95,14 +95,14 @@ def test_target_command_trains_packs_turns_and_exports_a_loadable_target(tmp_pat
     main(["--preset", "tiny", "--run-dir", str(run), "--out", str(out), "--total-steps", "3", "--batch-size", "2",
           "--turns", "3", "--probe-every", "3", "--eval-every", "100", "--prompt-order", "question_first",
           "--ground-weight", "0.5", "--ground-layers", "1", "--aux-images", "2", "--aux-families", "ocr", "chart",
-          "--char-weight", "2", "--vision-steps", "1"])
+          "--char-weight", "2", "--vision-steps", "1", "--drill-rows", "2"])
     curves = [json.loads(line) for line in (run / "curves.jsonl").read_text().splitlines()]
     assert curves[-1]["step"] == 3 and "scene/colour" in curves[-1] and "probe/colour" in curves[-1]
     assert 0.0 <= curves[-1]["ground/layer1"] <= 1.0                  # attention mass on the named object
     assert 0.0 <= curves[-1]["probe/glyph_centre"] <= 1.0             # the glyph head at each character's centre
     log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     assert log[0]["phase"] == "vision" and "lm" not in log[0]         # the vision-only first step
-    assert all(r["ground"] > 0 and r["lm"] > 0 for r in log[1:])
+    assert all(r["ground"] > 0 and r["lm"] > 0 and r["drill"] > 0 for r in log[1:])   # drills: a second loss
     config = json.loads((out / "train_config.json").read_text())
     assert config["aux_families"] == ["ocr", "chart"] and config["ground_layers"] == [1]
     target = load_target(out)
@@ -116,6 +116,9 @@ def test_target_command_trains_packs_turns_and_exports_a_loadable_target(tmp_pat
         main(["--preset", "tiny", "--run-dir", str(run), "--prompt-order", "sideways"])
     with pytest.raises(SystemExit, match="layers 0-1"):
         main(["--preset", "tiny", "--run-dir", str(tmp_path / "r2"), "--ground-weight", "1", "--ground-layers", "3"])
+    with pytest.raises(SystemExit):
+        main(["--preset", "tiny", "--run-dir", str(tmp_path / "r4"), "--drill-rows", "-1"])
+    assert "--drill-rows and --drill-weight must be >= 0" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="aux-families"):
         main(["--preset", "tiny", "--run-dir", str(tmp_path / "r3"), "--aux-families", "poetry"])
 

@@ -117,6 +117,24 @@ def ask(layout: Layout, task: str, choice, rng: random.Random) -> QA:
                     value=Name(str(bar.value), choice), **fields)
 
 
+def drill(seed: int) -> QA:
+    """A text-only chart-value drill: the bars are listed in the question, and the answer is a chart
+    value answer (read from the left up to the asked bar, then its value). It practises the step the
+    image questions fail on, stopping when the label just written is the asked one, with no image to
+    read. Seeded; labels and values drawn as for a chart."""
+    rng = random.Random(f"drill/{seed}")
+    n = rng.randint(3, 5)
+    labels: list[str] = []
+    while len(labels) < n:
+        label = "".join(rng.choice(ocr.LETTERS) for _ in range(rng.randint(1, MAX_LABEL[n])))
+        if label not in labels:
+            labels.append(label)
+    layout = Layout(tuple(Bar(label, rng.randint(1, 9), "red", 0, 0) for label in labels), (0, 0, 0), (0, 0, 0, 0), 0)
+    qa = ask(layout, "value", rng.randrange(n), rng)
+    listed = text.fill("{pairs}", pairs=text.join([f"{bar.label} {bar.value}" for bar in layout.bars]))[0]
+    return QA(f"The bars from the left are {listed}. {qa.question}", qa.answer, qa.short_answer, [])
+
+
 def render(layout: Layout) -> tuple[Image.Image, list[Obj], dict[str, np.ndarray]]:
     """Draw a layout: (RGB content image, one "bar" object per bar, patch labels on the canvas)."""
     x0, y0, x1, y1 = layout.rect

@@ -20,11 +20,11 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from fovea.data import NUM_LABELS, TASKS, eval_seeds, iter_corpus_text, make_conversation, make_sample
+from fovea.data import IGNORE, NUM_LABELS, TASKS, eval_seeds, iter_corpus_text, make_conversation, make_sample
 from fovea.data.scoring import answer_correct
 from fovea.models.bundled import (BundledModelConfig, DEFAULT_TARGET_DIR, PROMPT_ORDERS, build_model,
-                                  encode_prompt, image_to_pixels, load_tokenizer, prompt_format, save_config_json,
-                                  train_tokenizer)
+                                  encode_prompt, image_to_pixels, load_tokenizer, prompt_format, prompt_parts,
+                                  save_config_json, train_tokenizer)
 from fovea.training.common import Checkpointer, Timer, add_config_args, append_jsonl, config_from_args
 from fovea.training.packing import NUM_ATTRS, as_conversation, pack_batch, patch_label_batch
 
@@ -55,6 +55,8 @@ class TargetTrainConfig:
                                     # state after the last ground layer at every mention-predicting state
     vision_steps: int = 0           # the run's first steps train only the vision tower, projector and aux
                                     # heads on aux-family images (glyph legibility; the decoder is untouched)
+    drill_rows: int = 0             # text-only chart-value drills per step (charts.drill), a second forward
+    drill_weight: float = 1.0       # weight of their LM loss
     seed: int = 0
     vocab_size: int = 1024
 
@@ -314,6 +316,29 @@ def training_batch(step: int, cfg: TargetTrainConfig, tokenizer, model, focus: l
     return batch
 
 
+def drill_batch(step: int, cfg: TargetTrainConfig, tokenizer, model) -> dict:
+    """The step's text-only drills (no image tokens): input_ids, attention_mask, labels, weights [R, T]."""
+    from fovea.data.charts import drill
+    from fovea.training.packing import _pack_rows, answer_tokens
+
+    order = prompt_format(model.config)[1]
+    rows = []
+    for seed in range(step * cfg.drill_rows, (step + 1) * cfg.drill_rows):
+        qa = drill(seed)
+        prompt = prompt_parts(tokenizer, qa.question, 0, order)[0]
+        answer, obj, part = answer_tokens(tokenizer, qa, 96)
+        rows.append((prompt + answer, [IGNORE] * len(prompt) + answer, [-1] * len(prompt) + obj,
+                     [None] * len(prompt) + part))
+    return _pack_rows(rows, tokenizer, 1.0)
+
+
+def drill_loss(model, batch: dict) -> torch.Tensor:
+    """Mean next-token cross-entropy on the drills' answers (the text decoder alone: no image)."""
+    out = model.model.language_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    logits = model.lm_head(out.last_hidden_state[:, :-1])
+    return F.cross_entropy(logits.flatten(0, 1), batch["labels"][:, 1:].flatten(), ignore_index=IGNORE)
+
+
 def vision_batch(step: int, cfg: TargetTrainConfig, model) -> dict:
     """A vision-only step's images: batch_size + aux_images of them, drawn from aux_families in turn."""
     n, families = cfg.batch_size + cfg.aux_images, cfg.aux_families
@@ -350,6 +375,8 @@ def parse_args(argv=None):
         p.error("--batch-size and --turns must be >= 1 and --minutes > 0")
     if args.vision_steps < 0:
         p.error(f"--vision-steps must be >= 0, got {args.vision_steps}")
+    if args.drill_rows < 0 or args.drill_weight < 0:
+        p.error(f"--drill-rows and --drill-weight must be >= 0, got {args.drill_rows} and {args.drill_weight}")
     return args
 
 
@@ -427,9 +454,12 @@ def main(argv=None) -> None:
         with autocast:
             lm, aux_loss, ground, attrs = train_step(model, aux, batch, cfg.ground_layers if cfg.ground_weight else (),
                                                      objects)
+            drill = drill_loss(model, to_device(drill_batch(step, cfg, tokenizer, model), device)) \
+                if cfg.drill_rows else None
         opt.zero_grad(set_to_none=True)
         loss = lm + cfg.aux_weight * aux_loss
         loss = loss if ground is None else loss + cfg.ground_weight * ground
+        loss = loss if drill is None else loss + cfg.drill_weight * drill
         (loss if attrs is None else loss + cfg.attr_weight * attrs).backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -439,6 +469,7 @@ def main(argv=None) -> None:
         append_jsonl(run / "log.jsonl", {"step": step, "lm": round(lm.item(), 4), "aux": round(aux_loss.item(), 4),
                                          **({} if ground is None else {"ground": round(ground.item(), 4)}),
                                          **({} if attrs is None else {"attrs": round(attrs.item(), 4)}),
+                                         **({} if drill is None else {"drill": round(drill.item(), 4)}),
                                          "lr": lr_wsd(step - 1, cfg, warm["warm_start"]),
                                          "minutes": round(timer.minutes(), 2)})
         if step % args.save_every == 0:
