@@ -68,13 +68,14 @@ def profile_rounds(pipe, samples, cfg: FoveaConfig, drafter: str = "fovea") -> d
             "autoregressive_ms_per_token": ar_ms / max(1, ar_tokens)}
 
 
+def _call_ms(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return 1e3 * (time.perf_counter() - t0)
+
+
 def _median_ms(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
+    return statistics.median(_call_ms(fn) for _ in range(repeats))
 
 
 def _binary_tree(n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,9 +116,9 @@ def cost_curves(pipe, sample, drafter: str = "fovea", repeats: int = 40, nodes=C
     draft_ms = {w: [] for w in widths}
     for _ in range(repeats):                         # interleaved: drift hits every size alike
         for n in nodes:
-            verify_ms[n].append(_median_ms(lambda: verify(n), 1))
+            verify_ms[n].append(_call_ms(lambda: verify(n)))
         for w in widths:
-            draft_ms[w].append(_median_ms(lambda: draft(w), 1))
+            draft_ms[w].append(_call_ms(lambda: draft(w)))
     verify_med = {str(n): statistics.median(v) for n, v in verify_ms.items()}
     return {"context_tokens": state.length, "target_forward_ms": verify_med,
             "drafter_step_ms": {str(w): statistics.median(v) for w, v in draft_ms.items()},
@@ -176,7 +177,7 @@ def curves_markdown(c: dict, p: dict, meta: dict) -> list[str]:
              "", "| target forward, nodes | " + " | ".join(c["target_forward_ms"]) + " |",
              "|" + "---|" * (len(c["target_forward_ms"]) + 1),
              "| ms | " + " | ".join(f"{v:.2f}" for v in c["target_forward_ms"].values()) + " |",
-             "| in one-token steps | " + " | ".join(f"{v / step:.2f}" for v in c["target_forward_ms"].values()) + " |",
+             "| in one-token steps | " + " | ".join(f"{v:.2f}" for v in c["target_forward_in_steps"].values()) + " |",
              "", "| drafter step, tree nodes | " + " | ".join(c["drafter_step_ms"]) + " |",
              "|" + "---|" * (len(c["drafter_step_ms"]) + 1),
              "| ms | " + " | ".join(f"{v:.3f}" for v in c["drafter_step_ms"].values()) + " |",
@@ -189,7 +190,7 @@ def curves_markdown(c: dict, p: dict, meta: dict) -> list[str]:
                   f"tau {p['tau_with_bonus']:.2f}: verify + commit alone {verify_commit / ar:.1f}, drafting "
                   f"{p['draft_ms_per_round'] / ar:.1f}. With a free drafter the same tau would give at most "
                   f"{p['tau_with_bonus'] * ar / verify_commit:.2f}x; a {nodes}-node forward costs "
-                  f"{c['target_forward_ms'].get(str(nodes), float('nan')) / step:.2f} one-token steps here."]
+                  f"{c['target_forward_in_steps'].get(str(nodes), float('nan')):.2f} one-token steps here."]
     return lines
 
 

@@ -68,10 +68,7 @@ def correction_variant(pairs: list[str]) -> CorrectionConfig:
                 changes[key] = int(value)
             except ValueError:
                 raise ValueError(f"{key} takes a whole number, got {value!r}") from None
-    try:
-        return CorrectionConfig(**changes)
-    except ValueError as err:
-        raise ValueError(str(err)) from None
+    return CorrectionConfig(**changes)
 
 
 def main(argv=None) -> None:

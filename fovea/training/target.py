@@ -23,8 +23,8 @@ from tqdm import tqdm
 from fovea.data import IGNORE, NUM_LABELS, TASKS, eval_seeds, iter_corpus_text, make_conversation, make_sample
 from fovea.data.scoring import answer_correct
 from fovea.models.bundled import (BundledModelConfig, DEFAULT_TARGET_DIR, PROMPT_ORDERS, build_model,
-                                  encode_prompt, image_to_pixels, load_tokenizer, prompt_format, prompt_parts,
-                                  save_config_json, train_tokenizer)
+                                  encode_prompt, image_to_pixels, load_tokenizer, prompt_format, save_config_json,
+                                  train_tokenizer)
 from fovea.training.common import Checkpointer, Timer, add_config_args, append_jsonl, config_from_args
 from fovea.training.packing import NUM_ATTRS, as_conversation, pack_batch, patch_label_batch
 
@@ -317,19 +317,15 @@ def training_batch(step: int, cfg: TargetTrainConfig, tokenizer, model, focus: l
 
 
 def drill_batch(step: int, cfg: TargetTrainConfig, tokenizer, model) -> dict:
-    """The step's text-only drills (no image tokens): input_ids, attention_mask, labels, weights [R, T]."""
+    """The step's text-only drills packed like conversations with no image tokens (`pack_text`):
+    input_ids, attention_mask, labels, weights [R, T]."""
+    from fovea.data import Conversation
     from fovea.data.charts import drill
-    from fovea.training.packing import _pack_rows, answer_tokens
+    from fovea.training.packing import pack_text
 
-    order = prompt_format(model.config)[1]
-    rows = []
-    for seed in range(step * cfg.drill_rows, (step + 1) * cfg.drill_rows):
-        qa = drill(seed)
-        prompt = prompt_parts(tokenizer, qa.question, 0, order)[0]
-        answer, obj, part = answer_tokens(tokenizer, qa, 96)
-        rows.append((prompt + answer, [IGNORE] * len(prompt) + answer, [-1] * len(prompt) + obj,
-                     [None] * len(prompt) + part))
-    return _pack_rows(rows, tokenizer, 1.0)
+    convs = [Conversation(None, "chart", [("value", drill(seed))], [], {})
+             for seed in range(step * cfg.drill_rows, (step + 1) * cfg.drill_rows)]
+    return pack_text(convs, tokenizer, (0, prompt_format(model.config)[1]))
 
 
 def drill_loss(model, batch: dict) -> torch.Tensor:
