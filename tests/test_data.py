@@ -340,3 +340,5 @@ def test_chart_drills_list_the_bars_in_the_question_and_stop_at_the_asked_one():
         reading = ", ".join(f"{label} is {value}" for label, value in upto)
         assert reading in qa.answer and " and " not in qa.answer and qa.short_answer == upto[-1][1]
         assert qa.answer.rstrip(".").endswith(qa.short_answer) and not qa.mentions
+        (start, end), = qa.stress           # the stop: right after the asked bar's pair
+        assert qa.answer[:start].endswith(reading) and qa.answer[start:end] in (", so", ". So", ". Bar")

@@ -95,7 +95,7 @@ def test_target_command_trains_packs_turns_and_exports_a_loadable_target(tmp_pat
     main(["--preset", "tiny", "--run-dir", str(run), "--out", str(out), "--total-steps", "3", "--batch-size", "2",
           "--turns", "3", "--probe-every", "3", "--eval-every", "100", "--prompt-order", "question_first",
           "--ground-weight", "0.5", "--ground-layers", "1", "--aux-images", "2", "--aux-families", "ocr", "chart",
-          "--char-weight", "2", "--vision-steps", "1", "--drill-rows", "2"])
+          "--char-weight", "2", "--vision-steps", "1", "--drill-rows", "2", "--stress-weight", "4"])
     curves = [json.loads(line) for line in (run / "curves.jsonl").read_text().splitlines()]
     assert curves[-1]["step"] == 3 and "scene/colour" in curves[-1] and "probe/colour" in curves[-1]
     assert 0.0 <= curves[-1]["ground/layer1"] <= 1.0                  # attention mass on the named object
@@ -138,6 +138,31 @@ def test_packed_batch_weights_mention_tokens_and_labels_only_answers():
     assert conv.turns[0][1].mentions and any(
         conv.turns[0][1].answer[m.start:m.end] in mention_text for m in conv.turns[0][1].mentions)
     assert b["pixel_values"].shape == (1, 3, 192, 192) and b["patch_labels"]["colour"].shape == (1, 144)
+
+
+def test_stress_weight_lands_on_the_chart_value_stop_and_nowhere_else():
+    """--stress-weight weights the tokens of QA.stress (a chart value answer's stop after the asked
+    bar) in image batches and in the text-only drills; at 1 the weights are what they were without it."""
+    from fovea.data import Conversation, charts, make_conversation
+    from fovea.training.packing import pack_batch, pack_text
+
+    tok = load_tokenizer(DEFAULT_TARGET_DIR)
+    conv = make_conversation(11, 1, "chart", "value")
+    qa = conv.turns[0][1]
+    (start, end), = qa.stress
+    plain = pack_batch([conv], tok, (144, "question_first"), mention_weight=3.0)
+    stressed = pack_batch([conv], tok, (144, "question_first"), mention_weight=3.0, stress_weight=7.0)
+    changed = plain["weights"][0] != stressed["weights"][0]
+    assert (stressed["weights"][0][changed] == 7.0).all() and 1 <= int(changed.sum()) <= 3
+    assert tok.decode(stressed["input_ids"][0][changed]).strip() == qa.answer[start:end].strip()
+    drills = [Conversation(None, "chart", [("value", charts.drill(seed))], [], {}) for seed in range(4)]
+    d1, d7 = pack_text(drills, tok, (0, "question_first")), pack_text(drills, tok, (0, "question_first"), stress_weight=7.0)
+    answered = d1["labels"] != -100
+    assert (d1["weights"][answered] == 1.0).all() and ((d7["weights"] == 7.0).sum(1) >= 1).all()
+    for i, conv in enumerate(drills):
+        qa = conv.turns[0][1]
+        (start, end), = qa.stress
+        assert tok.decode(d7["input_ids"][i][d7["weights"][i] == 7.0]).strip() == qa.answer[start:end].strip()
 
 
 def test_wsd_schedule_stays_flat_until_the_decay_and_rewarms_after_init_from():

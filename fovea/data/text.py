@@ -29,6 +29,9 @@ class QA:
     answer: str
     short_answer: str
     mentions: list[Mention]
+    # character spans [start, end) of the answer whose tokens decide the answer's course (a chart value
+    # answer's stop after the asked bar): training may weight them (--stress-weight); nothing else reads them
+    stress: tuple = ()
 
 
 _FORMATTER = string.Formatter()

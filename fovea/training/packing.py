@@ -28,20 +28,22 @@ def as_conversation(sample: Sample) -> Conversation:
                         sample.split)
 
 
-def answer_tokens(tokenizer, qa: QA, max_tokens: int) -> tuple[list[int], list[int], list[tuple | None]]:
+def answer_tokens(tokenizer, qa: QA, max_tokens: int) -> tuple[list[int], list[int], list[tuple | None], list[bool]]:
     """Token ids of ' ' + answer (cut to max_tokens) + EOS; per token the index of the object whose
-    mention it overlaps (-1: not inside a mention); and per token (mentioned text, first, last + 1
-    character of that text the token spells), None off the mentions."""
+    mention it overlaps (-1: not inside a mention); per token (mentioned text, first, last + 1
+    character of that text the token spells), None off the mentions; and per token whether it
+    overlaps one of the answer's stress spans (`QA.stress`)."""
     enc = tokenizer(" " + qa.answer, add_special_tokens=False, return_offsets_mapping=True)
     ids, spans = enc["input_ids"][:max_tokens], enc["offset_mapping"][:max_tokens]
-    obj, part = [], []
+    obj, part, stress = [], [], []
     for a, b in spans:
+        stress.append(any(a < end + 1 and b > start + 1 for start, end in qa.stress))
         # offsets count the leading space: mention m covers characters [m.start + 1, m.end + 1)
         m = next((m for m in qa.mentions if a < m.end + 1 and b > m.start + 1), None)
         obj.append(-1 if m is None else m.obj)
         part.append(None if m is None else
                     (qa.answer[m.start:m.end], max(0, a - m.start - 1), min(m.end - m.start, b - m.start - 1)))
-    return ids + [tokenizer.eos_token_id], obj + [-1], part + [None]
+    return ids + [tokenizer.eos_token_id], obj + [-1], part + [None], stress + [False]
 
 
 def mention_share(tokenizer, samples) -> float:
@@ -49,63 +51,66 @@ def mention_share(tokenizer, samples) -> float:
     tokens name what the image shows."""
     named = total = 0
     for s in samples:
-        _, obj, _ = answer_tokens(tokenizer, as_conversation(s).turns[0][1], 10_000)
+        _, obj, _, _ = answer_tokens(tokenizer, as_conversation(s).turns[0][1], 10_000)
         named += sum(o >= 0 for o in obj[:-1])
         total += len(obj) - 1
     return named / max(total, 1)
 
 
 def sequence(tokenizer, conv: Conversation, fmt: tuple[int, str], max_answer_tokens: int = 96):
-    """(ids, labels, mentioned object per token, mentioned text part per token) of one packed
-    conversation; labels IGNORE off the answers, object -1 and part None off the mentions."""
+    """(ids, labels, mentioned object per token, mentioned text part per token, stress per token) of
+    one packed conversation; labels IGNORE off the answers, object -1 and part None off the mentions,
+    stress False off the answers' stress spans."""
     n_image, order = fmt
-    ids, labels, objs, parts = [], [], [], []
+    ids, labels, objs, parts, stresses = [], [], [], [], []
     for turn, (_, qa) in enumerate(conv.turns):
         if turn == 0:
             prompt = prompt_parts(tokenizer, qa.question, n_image, order)[0]
         else:
             prompt = tokenizer(PROMPT_TEMPLATE.format(question=qa.question), add_special_tokens=False)["input_ids"]
-        answer, obj, part = answer_tokens(tokenizer, qa, max_answer_tokens)
+        answer, obj, part, stress = answer_tokens(tokenizer, qa, max_answer_tokens)
         ids += prompt + answer
         labels += [IGNORE] * len(prompt) + answer
         objs += [-1] * len(prompt) + obj
         parts += [None] * len(prompt) + part
-    return ids, labels, objs, parts
+        stresses += [False] * len(prompt) + stress
+    return ids, labels, objs, parts, stresses
 
 
 def pack_text(convs: list[Conversation], tokenizer, fmt: tuple[int, str] = (NUM_IMAGE_TOKENS, "image_first"),
-              mention_weight: float = 1.0, max_answer_tokens: int = 96) -> dict:
-    """Right-padded input_ids, attention_mask, labels [B, T] and weights [B, T] (mention_weight on
-    mention tokens, 1 on other answer tokens, 0 elsewhere), and `ground` [B, T]: at position t, the
+              mention_weight: float = 1.0, max_answer_tokens: int = 96, stress_weight: float = 1.0) -> dict:
+    """Right-padded input_ids, attention_mask, labels [B, T] and weights [B, T] (stress_weight on
+    stress tokens, mention_weight on mention tokens, 1 on other answer tokens, 0 elsewhere), and `ground` [B, T]: at position t, the
     object that token t+1 mentions (-1 for none), i.e. the object the state predicting it should look at."""
     rows = [sequence(tokenizer, c, fmt, max_answer_tokens) for c in convs]
-    return _pack_rows(rows, tokenizer, mention_weight)
+    return _pack_rows(rows, tokenizer, mention_weight, stress_weight)
 
 
-def _pack_rows(rows: list, tokenizer, mention_weight: float) -> dict:
+def _pack_rows(rows: list, tokenizer, mention_weight: float, stress_weight: float = 1.0) -> dict:
     width = max(len(r[0]) for r in rows)
     ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
     lab = torch.full((len(rows), width), IGNORE, dtype=torch.long)
     att = torch.zeros((len(rows), width), dtype=torch.long)
     weights = torch.zeros((len(rows), width))
     ground = torch.full((len(rows), width), -1, dtype=torch.long)
-    for i, (r, l, o, _) in enumerate(rows):
+    for i, (r, l, o, _, st) in enumerate(rows):
         ids[i, : len(r)] = torch.tensor(r)
         lab[i, : len(l)] = torch.tensor(l)
         att[i, : len(r)] = 1
         on = torch.tensor([x != IGNORE for x in l])
         obj = torch.tensor(o)
-        weights[i, : len(l)] = torch.where(obj >= 0, mention_weight, 1.0) * on
+        weights[i, : len(l)] = torch.where(torch.tensor(st), stress_weight, torch.where(obj >= 0, mention_weight, 1.0)) * on
         ground[i, : len(o) - 1] = torch.where(on[1:], obj[1:], -1)
     return {"input_ids": ids, "attention_mask": att, "labels": lab, "weights": weights, "ground": ground}
 
 
 def pack_batch(convs: list[Conversation], tokenizer, fmt: tuple[int, str] = (NUM_IMAGE_TOKENS, "image_first"),
-               mention_weight: float = 1.0, max_answer_tokens: int = 96, image_size: int | None = None) -> dict:
+               mention_weight: float = 1.0, max_answer_tokens: int = 96, image_size: int | None = None,
+               stress_weight: float = 1.0) -> dict:
     """pack_text plus pixel_values [B, 3, S, S], the per-patch labels {kind: [B, N]} and
     object_patches [B, O, N] (bool: which patches each object covers; `ground` indexes O)."""
     rows = [sequence(tokenizer, c, fmt, max_answer_tokens) for c in convs]
-    batch = _pack_rows(rows, tokenizer, mention_weight)
+    batch = _pack_rows(rows, tokenizer, mention_weight, stress_weight)
     kwargs = {} if image_size is None else {"size": image_size}
     batch["pixel_values"] = torch.cat([image_to_pixels(c.image, **kwargs) for c in convs])
     batch["patch_labels"] = patch_label_batch(convs)

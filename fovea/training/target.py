@@ -49,6 +49,7 @@ class TargetTrainConfig:
     aux_families: tuple = ("scene", "ocr", "chart")  # families the aux-only images are drawn from, in turn
     char_weight: float = 1.0        # weight of the glyph head in the aux loss (glyphs are the slowest kind)
     mention_weight: float = 3.0
+    stress_weight: float = 1.0      # the answers' stress tokens (QA.stress: a chart value answer's stop)
     ground_weight: float = 0.0      # attention supervision: mention-predicting states look at the named object
     ground_layers: tuple = (2, 3)   # decoder layers whose best head is supervised
     attr_weight: float = 0.0        # the named object's colour/shape/position/value, read off the decoder
@@ -306,7 +307,8 @@ def training_batch(step: int, cfg: TargetTrainConfig, tokenizer, model, focus: l
         family, task = rng.choice(focus) if focus and rng.random() < share else (None, None)
         convs.append(make_conversation(seed, cfg.turns, family, task))
     size = model.config.vision_config.image_size
-    batch = pack_batch(convs, tokenizer, prompt_format(model.config), cfg.mention_weight, image_size=size)
+    batch = pack_batch(convs, tokenizer, prompt_format(model.config), cfg.mention_weight, image_size=size,
+                       stress_weight=cfg.stress_weight)
     if cfg.aux_images:
         families = cfg.aux_families
         extra = [make_sample(AUX_SEED_START + seed, family=families[seed % len(families)])
@@ -318,21 +320,25 @@ def training_batch(step: int, cfg: TargetTrainConfig, tokenizer, model, focus: l
 
 def drill_batch(step: int, cfg: TargetTrainConfig, tokenizer, model) -> dict:
     """The step's text-only drills packed like conversations with no image tokens (`pack_text`):
-    input_ids, attention_mask, labels, weights [R, T]."""
+    input_ids, attention_mask, labels, weights [R, T] (stress_weight on the stop, 1 on other answer tokens)."""
     from fovea.data import Conversation
     from fovea.data.charts import drill
     from fovea.training.packing import pack_text
 
     convs = [Conversation(None, "chart", [("value", drill(seed))], [], {})
              for seed in range(step * cfg.drill_rows, (step + 1) * cfg.drill_rows)]
-    return pack_text(convs, tokenizer, (0, prompt_format(model.config)[1]))
+    return pack_text(convs, tokenizer, (0, prompt_format(model.config)[1]), stress_weight=cfg.stress_weight)
 
 
 def drill_loss(model, batch: dict) -> torch.Tensor:
-    """Mean next-token cross-entropy on the drills' answers (the text decoder alone: no image)."""
+    """Weighted mean next-token cross-entropy on the drills' answers (the text decoder alone: no image;
+    with every weight 1, the plain mean)."""
     out = model.model.language_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     logits = model.lm_head(out.last_hidden_state[:, :-1])
-    return F.cross_entropy(logits.flatten(0, 1), batch["labels"][:, 1:].flatten(), ignore_index=IGNORE)
+    ce = F.cross_entropy(logits.flatten(0, 1), batch["labels"][:, 1:].flatten(), ignore_index=IGNORE,
+                         reduction="none")
+    w = batch["weights"][:, 1:].flatten()
+    return (ce * w).sum() / w.sum().clamp_min(1e-9)
 
 
 def vision_batch(step: int, cfg: TargetTrainConfig, model) -> dict:
@@ -371,6 +377,8 @@ def parse_args(argv=None):
         p.error("--batch-size and --turns must be >= 1 and --minutes > 0")
     if args.vision_steps < 0:
         p.error(f"--vision-steps must be >= 0, got {args.vision_steps}")
+    if args.stress_weight < 0:
+        p.error(f"--stress-weight must be >= 0, got {args.stress_weight}")
     if args.drill_rows < 0 or args.drill_weight < 0:
         p.error(f"--drill-rows and --drill-weight must be >= 0, got {args.drill_rows} and {args.drill_weight}")
     return args
