@@ -154,3 +154,40 @@ def test_retrieval_grounding_pulls_retrieval_onto_the_named_patches(tiny_pipelin
         got, _ = retrieval_ground_loss(drafter, h[b:b + 1, t:t + 1], 0, memory[b:b + 1], rows[b:b + 1, t:t + 1],
                                        valid[b:b + 1, t:t + 1], RetrievalConfig())
     assert float(got) == pytest.approx(float(want), rel=1e-5)
+
+
+def test_plain_weight_trains_the_head_on_the_uncorrected_state_too(tiny_pipeline):
+    """plain_weight > 0 adds the head loss on the uncorrected state h (what levels deeper than
+    max_depth draft from); a few steps on it raise the uncorrected head's agreement with the target,
+    and weight 0 (the paper) leaves the loss as it was. The twin (correction off) ignores it."""
+    from fovea.config import CorrectionConfig
+    from fovea.data import make_sample
+    from fovea.training.drafter import answer_loss_mask, drafter_loss, target_artifacts
+    from fovea.training.packing import as_conversation, pack_batch
+
+    target = tiny_pipeline.target
+    torch.manual_seed(0)
+    drafter = Drafter(drafter_config_for(target)).bind(target).train()
+    convs = [as_conversation(make_sample(seed, "scene", "describe")) for seed in range(2)]
+    batch = pack_batch(convs, target.tokenizer, (target.num_image_tokens, "image_first"), 1.0,
+                       image_size=target.image_size)
+    ids, att, lab = batch["input_ids"], batch["attention_mask"], batch["labels"]
+    art = target_artifacts(target, ids, att, batch["pixel_values"])
+    mask = answer_loss_mask(lab)
+    kw = dict(image_token_id=target.image_token_id)
+    paper, m0 = drafter_loss(drafter, art, ids, mask, att, CorrectionConfig(), **kw)
+    on, m1 = drafter_loss(drafter, art, ids, mask, att, CorrectionConfig(plain_weight=1.0), **kw)
+    assert "acc_plain1" not in m0 and 0 <= m1["acc_plain1"] <= 1 and on.item() > paper.item()
+    twin0, _ = drafter_loss(drafter, art, ids, mask, att, CorrectionConfig(enabled=False), **kw)
+    twin1, _ = drafter_loss(drafter, art, ids, mask, att, CorrectionConfig(enabled=False, plain_weight=1.0), **kw)
+    assert twin1.item() == pytest.approx(twin0.item())
+
+    opt = torch.optim.Adam(drafter.parameters(), lr=3e-3)
+    accs = []
+    for _ in range(6):   # the uncorrected head's KL to the target falls
+        loss, m = drafter_loss(drafter, art, ids, mask, att, CorrectionConfig(plain_weight=1.0), **kw)
+        accs.append(m["kl_plain1"] + m["kl_plain2"])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert accs[-1] < accs[0]

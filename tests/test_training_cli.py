@@ -65,7 +65,8 @@ def test_drafter_command_continues_from_the_shipped_drafters(tmp_path):
 
 @pytest.mark.parametrize("pairs,says", [(["hidden"], "KEY=VALUE"), (["enabled=false"], "KEY=VALUE"),
                                         (["propagate=maybe"], "true or false"), (["hidden=wide"], "whole number"),
-                                        (["ground_weight=lots"], "a number"), (["ground_weight=-1"], ">= 0")])
+                                        (["ground_weight=lots"], "a number"), (["ground_weight=-1"], ">= 0"),
+                                        (["plain_weight=-0.5"], ">= 0")])
 def test_drafter_variants_are_validated(pairs, says):
     from fovea.training.drafter_cli import correction_variant
 

@@ -8,6 +8,8 @@ so the depth-1 draft states the tree uses at run time are trained too. Loss (pap
     L_hid = SmoothL1(h + g c, f_next) + SmoothL1(h, f_next)    (corrected + pre-correction state)
     L_KL  = KL(p_target || p_draft)
     L_tok = 1.5 CE(draft, argmax target) + 0.5 softplus(0.5 - (z_y - z_6th competitor))
+With `correction.plain_weight` > 0 (a deviation) the KL and token terms are added again, so weighted,
+for the head on the uncorrected state h: the state every level deeper than max_depth drafts from.
 The FOVEA drafter and the no-correction (EAGLE-style) baseline are trained in the same loop on
 the same batches and target artifacts, so the comparison is fair. The target is frozen.
 """
@@ -76,7 +78,13 @@ def _head_losses(drafter, h, depth, memory_per_row, valid, nxt_feat, nxt_logits,
     tok = token_loss(lg, tl)
     acc = (lg.argmax(-1) == tl.argmax(-1)).float().mean()
     loss = LOSS_WEIGHTS["hid"] * hid + LOSS_WEIGHTS["kl"] * kl + LOSS_WEIGHTS["tok"] * tok
-    return loss, {"hid": hid.item(), "kl": kl.item(), "tok": tok.item(), "acc": acc.item()}
+    metrics = {"hid": hid.item(), "kl": kl.item(), "tok": tok.item(), "acc": acc.item()}
+    if ccfg.enabled and ccfg.plain_weight > 0:   # the head on the uncorrected states too (deeper levels read it)
+        plain = drafter.logits(h_all)
+        kl_p = F.kl_div(F.log_softmax(plain, -1), F.log_softmax(tl, -1), log_target=True, reduction="batchmean")
+        loss = loss + ccfg.plain_weight * (LOSS_WEIGHTS["kl"] * kl_p + LOSS_WEIGHTS["tok"] * token_loss(plain, tl))
+        metrics.update(kl_plain=kl_p.item(), acc_plain=(plain.argmax(-1) == tl.argmax(-1)).float().mean().item())
+    return loss, metrics
 
 
 def retrieval_ground_loss(drafter: Drafter, h: torch.Tensor, depth: int, memory: list, patches: torch.Tensor,
