@@ -87,12 +87,18 @@ class CorrectionConfig:
     # training a FOVEA drafter never trains its head on an uncorrected state, so its deeper levels
     # draft worse than its twin's (tau 7.09 against 7.31 at step 36,300; correcting every depth: 7.57).
     plain_weight: float = 0.0
+    # 0 (the paper): every draft state at depth <= max_depth is corrected. In (0, 1] (a deviation,
+    # measured in the README): a state at depth <= max_depth is corrected only when its uncorrected head
+    # is unsure, top-1 probability below `trigger`; confident states skip retrieval and correction.
+    trigger: float = 0.0
 
     def __post_init__(self) -> None:
         if self.max_depth < -1:
             raise ValueError(f"correction max_depth must be >= -1 (-1 = never), got {self.max_depth}")
         if self.ground_weight < 0:
             raise ValueError(f"correction ground_weight must be >= 0, got {self.ground_weight}")
+        if not 0.0 <= self.trigger <= 1.0:
+            raise ValueError(f"correction trigger must be in [0, 1], got {self.trigger}")
         if self.plain_weight < 0:
             raise ValueError(f"correction plain_weight must be >= 0, got {self.plain_weight}")
 

@@ -155,10 +155,31 @@ class Drafter(nn.Module):
                         generator: torch.Generator | None = None, clock: Clock = NO_CLOCK,
                         level: int = 0) -> tuple[torch.Tensor, Retrieved | None, torch.Tensor | None, torch.Tensor]:
         """h [S, D] draft states at tree depths [S] (or one int for all) -> (logits [S, V],
-        retrieval, gate [S], LM-head input [S, D]: `correct`'s state, then RMSNorm + LM head)."""
+        retrieval, gate [S], LM-head input [S, D]: `correct`'s state, then RMSNorm + LM head).
+        With `correction.trigger` (one int depth, no autograd) only the states whose uncorrected head is
+        unsure are corrected: retrieval and gate cover those rows (`Retrieved.rows`), one host sync."""
+        if (correction.trigger > 0 and isinstance(depth, int) and not torch.is_grad_enabled()
+                and correction.enabled and memory is not None and 0 <= depth <= correction.max_depth):
+            return self._triggered(h.to(self.device), depth, memory, correction, retrieval, generator, clock, level)
         pre, got, gate = self.correct(h, depth, memory, correction, retrieval, generator, clock, level)
         logits = self.logits(pre)
         clock.lap("draft/head", level)
+        return logits, got, gate, pre
+
+    def _triggered(self, h, depth: int, memory, correction, retrieval, generator, clock, level):
+        logits = self.logits(h)
+        unsure = torch.softmax(logits, -1).amax(-1) < correction.trigger             # [S]
+        rows = unsure.nonzero().squeeze(1)
+        clock.lap("draft/head", level)
+        if rows.numel() == 0:                                                        # the one host sync
+            return logits, None, None, h
+        got = self.retriever(h[rows], depth, memory, retrieval, generator)
+        clock.lap("draft/retrieval", level)
+        fixed, gate = self.corrector(h[rows], got.readout, correction.use_gate)
+        clock.lap("draft/correction", level)
+        got.rows = rows
+        pre, logits = h.clone(), logits.clone()
+        pre[rows], logits[rows] = fixed, self.logits(fixed)
         return logits, got, gate, pre
 
     def correct(self, h: torch.Tensor, depth: torch.Tensor | int, memory: VisualMemory | None,

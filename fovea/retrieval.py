@@ -25,6 +25,7 @@ class Retrieved:
     indices: torch.Tensor   # [S, W] selected entries, sorted by weight; -1 pads each row past its K
     weights: torch.Tensor   # [S, W] alpha (0 on pads); W = the rule's candidate width (e.g. K_max)
     k: torch.Tensor         # [S] entries selected per state
+    rows: torch.Tensor | None = None   # which of the head's states these S are (correction.trigger); None: all
 
 
 def cumulative_mass_k(probs_sorted: torch.Tensor, n_valid: torch.Tensor, rho: float,

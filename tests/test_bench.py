@@ -95,6 +95,34 @@ def test_profile_splits_rounds_and_writes_cost_curves(tmp_path):
     assert "Cost curves" in md and "With a free drafter" in md and "torch.compile" not in md and "nan" not in md
 
 
+def test_lever_check_times_threads_and_int8_weights_end_to_end(tmp_path):
+    """--lever-check (part of --profile) times autoregressive decoding and the no-correction drafter at
+    2 and 1 threads and with int8 block weights, and restores the thread count; the int8 copy keeps the
+    original drafter fp32 and its decoding lossless."""
+    import torch
+
+    from fovea.bench.profile import int8_drafter
+    from fovea.config import FoveaConfig
+    from fovea.decoding import fovea, run
+    from fovea.pipeline import FoveaPipeline
+
+    threads = torch.get_num_threads()
+    main(["--profile", "--lever-check", "--tiny-random", "--n", "2", "--max-new-tokens", "6", "--out", str(tmp_path)])
+    assert torch.get_num_threads() == threads
+    levers = json.loads((tmp_path / "profile.json").read_text())["levers"]
+    assert list(levers["settings"]) == ["2 threads", "1 thread", "int8, 2 threads"]
+    assert all(r["speedup"] > 0 and r["tau_with_bonus"] >= 1 for r in levers["settings"].values())
+    assert "Levers on the per-level cost" in (tmp_path / "profile.md").read_text()
+    pipe = FoveaPipeline.tiny_random(seed=0)
+    q = int8_drafter(pipe.drafters["no_correction"])
+    assert isinstance(pipe.drafters["no_correction"].blocks[0].o, torch.nn.Linear)
+    p = pipe.target.prepare(*pipe.random_example("scene", 3))
+    cfg = FoveaConfig().replace(decoding=dict(max_new_tokens=12), correction=dict(enabled=False))
+    assert run(pipe.target, fovea(q), p, cfg).tokens == run(pipe.target, None, p, cfg).tokens
+    with pytest.raises(SystemExit):
+        main(["--lever-check", "--tiny-random"])
+
+
 def test_extra_drafters_are_named_folders(tmp_path, capsys):
     from fovea.bench.cli import parse_args
 
@@ -121,12 +149,12 @@ def test_a_drafter_named_on_the_command_line_decodes_with_its_trained_settings(t
 
     base = tiny_pipeline.drafters["fovea"]
     pipe = type(tiny_pipeline)(tiny_pipeline.target, {
-        "fovea": base, "wide_prop": Drafter(base.cfg, CorrectionConfig(propagate=True, max_depth=2))})
+        "fovea": base, "wide_prop": Drafter(base.cfg, CorrectionConfig(propagate=True, max_depth=2, trigger=0.7))})
     table = drafter_methods(pipe, ["fovea", "wide_prop"])
     assert list(table) == ["wide_prop"]                  # "fovea" keeps its built-in method
     assert table["wide_prop"].drafter == "wide_prop"
     assert table["wide_prop"].overrides["correction"] | {} == {"enabled": True, "propagate": True, "max_depth": 2,
-                                                               "use_gate": True}
+                                                               "use_gate": True, "trigger": 0.7}
 
 
 def test_ranking_counts_drafters_named_on_the_command_line_and_leaves_out_untrained_methods():

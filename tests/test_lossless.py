@@ -103,6 +103,36 @@ def test_propagating_the_corrected_state_is_lossless(trained_pipeline):
     assert_lossless(trained_pipeline, prompts(trained_pipeline, 4, offset=300), cfg)
 
 
+def test_triggered_correction_fixes_only_unsure_states_and_stays_lossless(trained_pipeline):
+    """correction.trigger: only draft states whose uncorrected top-1 probability is under it are
+    corrected (at depth <= max_depth). At 1 every state is unsure, so the tree is the paper's; at a
+    tiny trigger none is, so it is the uncorrected tree; the trace logs the corrected nodes only."""
+    from fovea.draft import draft_tree, extend
+    from fovea.drafter import Drafter
+
+    pipe = trained_pipeline
+    d = pipe.drafters["fovea"]
+    p = prompts(pipe, 1, offset=500)[0]
+    memory = d.encode_memory(pipe.target.visual_tokens(p))
+    state = extend(d, None, torch.randint(0, 50, (6,)), torch.randn(6, d.cfg.hidden_size))
+    deep = CFG.replace(correction=dict(max_depth=3))
+
+    def tree(**corr):
+        return draft_tree(d, state, 1, memory, deep.replace(correction=corr), trace=True)
+
+    paper, always, never, off = tree(), tree(trigger=1.0), tree(trigger=1e-9), tree(enabled=False)
+    assert always.token_ids.tolist() == paper.token_ids.tolist()
+    assert never.token_ids.tolist() == off.token_ids.tolist() and len(never.retrieval) == 0
+    some = tree(trigger=0.6)
+    assert 0 < len(some.retrieval) <= len(paper.retrieval)
+    for node, r in some.retrieval.items():     # each logged node was unsure before its correction
+        assert r.top_before[0][1] < 0.6 and some.depth_ids[node] <= 3
+    for trigger in (0.3, 0.8):
+        assert_lossless(pipe, prompts(pipe, 4, offset=600), deep.replace(correction=dict(trigger=trigger)))
+    with pytest.raises(ValueError, match="trigger"):
+        CorrectionConfig(trigger=1.5)
+
+
 def mid_path_positions(result):
     """Output positions whose token is emitted inside an accepted path (not the round's last)."""
     pos, out = [], 1                            # token 0 comes from the prefill

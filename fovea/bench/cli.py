@@ -63,6 +63,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--compile-check", action="store_true",
                    help="with --profile: also time the drafter block under torch.compile against eager "
                         "(compiling takes seconds to a minute)")
+    p.add_argument("--lever-check", action="store_true",
+                   help="with --profile: also time the no-correction drafter end to end at 1 vs 2 torch threads "
+                        "and with int8 block weights (interleaved; a few minutes)")
     p.add_argument("--stop-below", type=float, default=None,
                    help="dynamic depth for every tree method: stop drafting below a level whose best path has a "
                         "draft probability under this (TreeConfig.stop_below; default 0 = fixed depth)")
@@ -92,6 +95,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     unknown = [m for m in args.methods or [] if m not in METHODS and m not in extra]
     if unknown:
         p.error(f"unknown method(s) {unknown}: choose from {sorted(METHODS)} or a NAME given to --drafters")
+    if (args.compile_check or args.lever_check) and not args.profile:
+        p.error("--compile-check and --lever-check are parts of --profile: add --profile")
     for name in ("n", "max_new_tokens", "threads", "analysis_n", "analysis_tokens"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -108,7 +113,8 @@ def drafter_methods(pipe, names) -> dict[str, Method]:
             continue
         c = pipe.drafters[name].correction_cfg
         out[name] = Method(name, drafter=name, overrides={"correction": {
-            "enabled": c.enabled, "propagate": c.propagate, "max_depth": c.max_depth, "use_gate": c.use_gate}})
+            "enabled": c.enabled, "propagate": c.propagate, "max_depth": c.max_depth, "use_gate": c.use_gate,
+            "trigger": c.trigger}})
     return out
 
 
@@ -162,7 +168,8 @@ def main(argv=None) -> None:
 
 
 def profile(args, pipe, base: FoveaConfig) -> str:
-    from fovea.bench.profile import CURVE_NODES, compile_check, cost_curves, profile_rounds, tracing_overhead, write_profile
+    from fovea.bench.profile import (CURVE_NODES, compile_check, cost_curves, lever_check, profile_rounds,
+                                     tracing_overhead, write_profile)
 
     n = args.n or 20
     samples = held_out(n)
@@ -170,5 +177,6 @@ def profile(args, pipe, base: FoveaConfig) -> str:
     tracing = tracing_overhead(pipe, samples, base)
     curves = cost_curves(pipe, samples[0], nodes=sorted({*CURVE_NODES, base.tree.total_tokens + 1}))
     compiled = compile_check(pipe) if args.compile_check else None
+    levers = lever_check(pipe, samples, base) if args.lever_check else None
     meta = {**run_meta(args.argv, n, base), "tree": dataclasses.asdict(base.tree)}
-    return write_profile(args.out or Path("assets/results/profile"), split, tracing, meta, curves, compiled)
+    return write_profile(args.out or Path("assets/results/profile"), split, tracing, meta, curves, compiled, levers)

@@ -27,6 +27,8 @@ class Method:
 
 
 DYNAMIC_STOP = 0.3
+ALL_DEPTHS = 64          # max_depth past any tree's depth: every draft state may be corrected
+TRIGGER = 0.8
 METHODS = {m.name: m for m in [
     Method("autoregressive", kind="autoregressive"),
     Method("fovea"),
@@ -44,6 +46,12 @@ METHODS = {m.name: m for m in [
     Method("no_gate", overrides={"correction": {"use_gate": False}}),
     Method("correction_depth0", overrides={"correction": {"max_depth": 0}}),
     Method("correction_depth3", overrides={"correction": {"max_depth": 3}}),
+    # deviations: the correction at every depth (the paper stops at depth 1), and at every depth but only
+    # where the uncorrected head is unsure (correction.trigger: TRIGGER from tuning questions)
+    Method("correction_all_depths", overrides={"correction": {"max_depth": ALL_DEPTHS}}),
+    Method("fovea_triggered", overrides={"correction": {"max_depth": ALL_DEPTHS, "trigger": TRIGGER}}),
+    Method("fovea_text_triggered", drafter="fovea_text",
+           overrides={"correction": {"max_depth": ALL_DEPTHS, "trigger": TRIGGER}}),
     Method("random", overrides={"retrieval": {"mode": "random"}}),
     Method("static", overrides={"retrieval": {"mode": "static"}}),
     Method("query_agnostic", overrides={"retrieval": {"mode": "query_agnostic"}}),

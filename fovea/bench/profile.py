@@ -150,6 +150,63 @@ def compile_check(pipe, drafter: str = "fovea", width: int = 2, context: int = 2
             "compile_seconds": compile_s, "torch": torch.__version__}
 
 
+def int8_drafter(model):
+    """A copy of a drafter whose block projections o, gate_up and down hold int8 weights (torch's dynamic
+    quantization: int8 weights, activations quantized per call). q and kv stay fp32: decoding multiplies
+    them as one fused weight. Drafts may differ a little; verification keeps the output lossless."""
+    import copy
+    import warnings
+
+    from torch import nn
+
+    q = copy.deepcopy(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for block in q.blocks:
+            for name in ("o", "gate_up", "down"):
+                setattr(block, name, torch.ao.quantization.quantize_dynamic(
+                    nn.Sequential(getattr(block, name)), {nn.Linear}, dtype=torch.qint8))
+    return q
+
+
+def lever_check(pipe, samples, cfg: FoveaConfig, drafter: str = "no_correction", repeats: int = 2) -> dict:
+    """Two levers on the per-level cost, end to end: ms per generated token (median over questions x
+    repeats, all settings interleaved per question) of autoregressive decoding and of the tree drafter
+    `drafter` (correction off) at 2 and at 1 torch threads, and of the same drafter with int8 block
+    weights (`int8_drafter`) at 2 threads; tau beside each."""
+    settings = {"2 threads": (2, drafter), "1 thread": (1, drafter), "int8, 2 threads": (2, "int8")}
+    drafters = {drafter: pipe.drafters[drafter], "int8": int8_drafter(pipe.drafters[drafter])}
+    c = cfg.replace(correction={"enabled": False})
+    prompts = [pipe.target.prepare(s.image, s.question) for s in samples]
+    before = torch.get_num_threads()
+    ms = {(name, m): [] for name in settings for m in ("autoregressive", "drafter")}
+    taus = {name: [] for name in settings}
+    try:
+        for r in range(repeats + 1):                                  # round 0 warms every setting up
+            for i, p in enumerate(prompts if r else prompts[:1]):
+                names = list(settings)
+                for name in names[(i + r) % len(names):] + names[:(i + r) % len(names)]:
+                    threads, d = settings[name]
+                    torch.set_num_threads(threads)
+                    for m, strategy in (("autoregressive", None), ("drafter", TreeDrafter(d, drafters[d]))):
+                        t0 = time.perf_counter()
+                        out = run(pipe.target, strategy, p, c)
+                        if r:
+                            ms[(name, m)].append(1e3 * (time.perf_counter() - t0) / max(1, len(out.tokens)))
+                            if strategy is not None:
+                                taus[name] += out.accept_lengths
+    finally:
+        torch.set_num_threads(before)
+    rows = {}
+    for name in settings:
+        ar, dr = statistics.median(ms[(name, "autoregressive")]), statistics.median(ms[(name, "drafter")])
+        rows[name] = {"autoregressive_ms_per_token": ar, "drafter_ms_per_token": dr, "speedup": ar / dr,
+                      "tau_with_bonus": statistics.mean(taus[name])}
+    base = rows["2 threads"]
+    return {"drafter": drafter, "questions": len(prompts), "repeats": repeats, "settings": rows,
+            "int8_vs_fp32_drafter": base["drafter_ms_per_token"] / rows["int8, 2 threads"]["drafter_ms_per_token"]}
+
+
 def tracing_overhead(pipe, samples, cfg: FoveaConfig, repeats: int = 3, drafter: str = "fovea") -> dict:
     """FOVEA wall time with tracing on vs off, interleaved per question with the order alternated."""
     strategy = TreeDrafter(drafter, pipe.drafters[drafter])
@@ -194,7 +251,19 @@ def curves_markdown(c: dict, p: dict, meta: dict) -> list[str]:
     return lines
 
 
-def profile_markdown(p: dict, t: dict, meta: dict, curves: dict | None = None, compiled: dict | None = None) -> str:
+def levers_markdown(lv: dict) -> list[str]:
+    lines = ["", f"Levers on the per-level cost (`--lever-check`: the {lv['drafter']} tree drafter end to end, "
+                 f"{lv['questions']} questions x {lv['repeats']} repeats interleaved; ms per generated token, median):",
+             "", "| setting | autoregressive | tree drafter | speedup | tau |", "|---|---|---|---|---|"]
+    for name, r in lv["settings"].items():
+        lines.append(f"| {name} | {r['autoregressive_ms_per_token']:.2f} | {r['drafter_ms_per_token']:.2f} | "
+                     f"{r['speedup']:.2f}x | {r['tau_with_bonus']:.2f} |")
+    lines += ["", f"int8 block weights make the drafter's tokens {lv['int8_vs_fp32_drafter']:.3f}x as fast as fp32 ones."]
+    return lines
+
+
+def profile_markdown(p: dict, t: dict, meta: dict, curves: dict | None = None, compiled: dict | None = None,
+                     levers: dict | None = None) -> str:
     r = p["per_round_ms"]
     round_ms = sum(r.values())
     lines = [f"Profile {meta['date']} on {meta['machine']}; {meta['n_questions']} held-out questions, max "
@@ -223,14 +292,16 @@ def profile_markdown(p: dict, t: dict, meta: dict, curves: dict | None = None, c
                       f"{compiled['width']} nodes over {compiled['context']} cached pairs: "
                       f"{compiled['compiled_ms']:.3f} ms per call against {compiled['eager_ms']:.3f} ms eager, "
                       f"after {compiled['compile_seconds']:.1f} s of compiling."]
+    if levers is not None:
+        lines += levers_markdown(levers)
     return "\n".join(lines) + "\n"
 
 
 def write_profile(out: Path, p: dict, t: dict, meta: dict, curves: dict | None = None,
-                  compiled: dict | None = None) -> str:
+                  compiled: dict | None = None, levers: dict | None = None) -> str:
     out.mkdir(parents=True, exist_ok=True)
-    md = profile_markdown(p, t, meta, curves, compiled)
+    md = profile_markdown(p, t, meta, curves, compiled, levers)
     (out / "profile.json").write_text(json.dumps({"meta": meta, "profile": p, "tracing": t, "curves": curves,
-                                                  "compile": compiled}, indent=1))
+                                                  "compile": compiled, "levers": levers}, indent=1))
     (out / "profile.md").write_text(md)
     return md
