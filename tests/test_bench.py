@@ -77,6 +77,22 @@ def test_tree_sweep_compares_every_shape_on_tuning_questions(tmp_path):
         main(["--tree-sweep", "--tiny-random", "--methods", "fovea"])
 
 
+def test_trigger_sweep_compares_thresholds_beside_the_twin_on_tuning_questions(tmp_path):
+    """--trigger-sweep runs, per drafter context the pipeline has, the twin, FOVEA as the paper runs it
+    and FOVEA at every TRIGGERS threshold (correction at every depth), all lossless, and names the best."""
+    from fovea.bench.methods import TRIGGERS
+
+    main(["--trigger-sweep", "--tiny-random", "--n", "2", "--max-new-tokens", "6", "--out", str(tmp_path)])
+    data = json.loads((tmp_path / "results.json").read_text())
+    pairs = [tuple(p) for p in data["meta"]["pairs"]]
+    assert ("fovea", "no_correction") in pairs
+    want = {"autoregressive"} | {n for f, t in pairs for n in (f, t, *[f"{f}@trigger{x:g}" for x in TRIGGERS])}
+    assert set(data["summary"]["all"]) == want and all(m["lossless"] for m in data["summary"]["all"].values())
+    for fovea, _ in pairs:
+        assert data["best"][fovea]["trigger"] in TRIGGERS
+    assert "tuning questions" in (tmp_path / "results.md").read_text()
+
+
 def test_profile_splits_rounds_and_writes_cost_curves(tmp_path):
     """--profile writes the per-stage split, the tracing overhead and the cost curves: a target forward
     per tree size (n = 1 is an autoregressive step) and a drafter step per width, each timed."""

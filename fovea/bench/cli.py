@@ -21,7 +21,7 @@ import torch
 
 from fovea.bench.methods import METHODS, Method, load_assistant
 from fovea.bench.report import write_results
-from fovea.bench.runner import cold_start_seconds, held_out, run_meta, run_speed, tree_sweep
+from fovea.bench.runner import cold_start_seconds, held_out, run_meta, run_speed, tree_sweep, trigger_sweep
 from fovea.bench.stats import summarise
 from fovea.config import FoveaConfig
 
@@ -57,6 +57,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tree-sweep", action="store_true",
                    help="compare tree shapes (TREE_SHAPES) for FOVEA and no_correction on tuning questions "
                         "(default 30) instead of the benchmark")
+    p.add_argument("--trigger-sweep", action="store_true",
+                   help="compare correction.trigger thresholds (TRIGGERS) for each FOVEA drafter context beside its "
+                        "twin on tuning questions (default 30); writes assets/results/trigger_sweep")
     p.add_argument("--profile", action="store_true",
                    help="split FOVEA rounds into per-level drafter stages, verify and commit, and measure the "
                         "tracing overhead (default 20 questions; writes assets/results/profile)")
@@ -121,8 +124,8 @@ def drafter_methods(pipe, names) -> dict[str, Method]:
 def main(argv=None) -> None:
     args = parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
-    if (args.tree_sweep or args.profile) and args.methods:
-        raise SystemExit("--tree-sweep and --profile run their own methods; drop --methods")
+    if (args.tree_sweep or args.trigger_sweep or args.profile) and args.methods:
+        raise SystemExit("--tree-sweep, --trigger-sweep and --profile run their own methods; drop --methods")
     preset = PRESETS["quick" if args.quick else args.preset]
     torch.set_num_threads(args.threads or (1 if args.tiny_random else 2))
     from fovea.pipeline import FoveaPipeline
@@ -135,12 +138,15 @@ def main(argv=None) -> None:
         loaded = {name: Drafter.from_pretrained(folder) for name, folder in args.drafters.items()}
         pipe = FoveaPipeline(pipe.target, {**pipe.drafters, **loaded})
     table = {**METHODS, **drafter_methods(pipe, args.drafters)}
-    max_new = args.max_new_tokens or (64 if args.tree_sweep else preset["max_new_tokens"])
+    max_new = args.max_new_tokens or (64 if args.tree_sweep or args.trigger_sweep else preset["max_new_tokens"])
     base = FoveaConfig().replace(decoding={"max_new_tokens": max_new, "trace": False})
     if args.stop_below is not None:
         base = base.replace(tree={"stop_below": args.stop_below})
     if args.tree_sweep:
         print(tree_sweep(args, pipe, base))
+        return
+    if args.trigger_sweep:
+        print(trigger_sweep(args, pipe, base))
         return
     if args.profile:
         print(profile(args, pipe, base))

@@ -71,6 +71,25 @@ TREE_SHAPES = ((5, 4, 16), (5, 8, 32), (7, 2, 12), (7, 2, 16), (8, 2, 16), (9, 2
 SWEEP_DRAFTERS = ("fovea", "no_correction")
 
 
+# --trigger-sweep: correction.trigger thresholds (with the correction allowed at every depth) for each
+# FOVEA drafter context beside its twin and the paper's setting, on tuning questions; TRIGGER comes from it
+TRIGGERS = (0.5, 0.7, 0.8, 0.9, 0.95, 1.0)
+TRIGGER_PAIRS = (("fovea", "no_correction"), ("fovea_text", "no_correction_text"))
+
+
+def trigger_sweep_methods(triggers=TRIGGERS, pairs=TRIGGER_PAIRS) -> dict[str, Method]:
+    """autoregressive, then per pair: the twin, FOVEA as the paper runs it, and FOVEA@trigger{t} for each
+    threshold (trigger 1.0: every state corrected, at every depth)."""
+    out = {"autoregressive": METHODS["autoregressive"]}
+    for fovea, twin in pairs:
+        out[twin], out[fovea] = METHODS[twin], METHODS[fovea]
+        for t in triggers:
+            name = f"{fovea}@trigger{t:g}"
+            out[name] = Method(name, drafter=METHODS[fovea].drafter,
+                               overrides={"correction": {"max_depth": ALL_DEPTHS, "trigger": t}})
+    return out
+
+
 def shape_name(method: str, shape: tuple[int, int, int]) -> str:
     return f"{method}@d{shape[0]}k{shape[1]}n{shape[2]}"
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from fovea.bench.methods import METHODS, SWEEP_DRAFTERS, TREE_SHAPES, Method, run_method, tree_sweep_methods
-from fovea.bench.report import tree_sweep_markdown
+from fovea.bench.methods import (METHODS, SWEEP_DRAFTERS, TREE_SHAPES, TRIGGER_PAIRS, TRIGGERS, Method, run_method,
+                                 tree_sweep_methods, trigger_sweep_methods)
+from fovea.bench.report import tree_sweep_markdown, trigger_sweep_markdown
 from fovea.bench.stats import summarise
 from fovea.config import FoveaConfig
 from fovea.data import FAMILIES, eval_seeds, make_sample, tuning_seeds
@@ -85,6 +86,25 @@ def tree_sweep(args, pipe, base: FoveaConfig) -> str:
             "shapes": [list(s) for s in TREE_SHAPES], "drafters": list(SWEEP_DRAFTERS)}
     md, best = tree_sweep_markdown(summary, meta)
     out = args.out or Path("assets/results/tree_sweep")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({"meta": meta, "best": best, "summary": summary, "rows": rows}, indent=1))
+    (out / "results.md").write_text(md)
+    return md
+
+
+def trigger_sweep(args, pipe, base: FoveaConfig) -> str:
+    """FOVEA with correction.trigger thresholds beside its twin, per drafter context, on tuning questions."""
+    pairs = tuple(p for p in TRIGGER_PAIRS if p[0] in pipe.drafters and p[1] in pipe.drafters)
+    table = trigger_sweep_methods(TRIGGERS, pairs)
+    methods = list(table)
+    n = args.n or 30
+    t_start = time.perf_counter()
+    rows = run_speed(pipe, held_out(n, tuning_seeds), methods, base, table=table)
+    summary = summarise(rows, methods)
+    meta = {**run_meta(args.argv, n, base), "run_minutes": round((time.perf_counter() - t_start) / 60, 1),
+            "triggers": list(TRIGGERS), "pairs": [list(p) for p in pairs]}
+    md, best = trigger_sweep_markdown(summary, meta, TRIGGERS, pairs)
+    out = args.out or Path("assets/results/trigger_sweep")
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"meta": meta, "best": best, "summary": summary, "rows": rows}, indent=1))
     (out / "results.md").write_text(md)
