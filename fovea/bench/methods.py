@@ -28,7 +28,7 @@ class Method:
 
 DYNAMIC_STOP = 0.3
 ALL_DEPTHS = 64          # max_depth past any tree's depth: every draft state may be corrected
-TRIGGER = 0.8
+TRIGGER = 0.9          # the best pooled FOVEA speed of --trigger-sweep (assets/results/trigger_sweep)
 METHODS = {m.name: m for m in [
     Method("autoregressive", kind="autoregressive"),
     Method("fovea"),
