@@ -127,10 +127,9 @@ def draft_tree(drafter: Drafter, state: DraftState, root_token: int, memory: Vis
                                                          generator, clock=clock, level=level)
         if log is not None and got is not None:
             # references only: the uncorrected head runs when the trace is read, not here
-            if got.rows is None:
-                log.add(front, got, gate, logits, h, drafter.logits)
-            else:        # correction.trigger: only these rows were corrected
-                log.add(front[got.rows], got, gate, logits[got.rows], h[got.rows], drafter.logits)
+            # (with correction.trigger only the rows got.rows were corrected)
+            rows = slice(None) if got.rows is None else got.rows
+            log.add(front[rows], got, gate, logits[rows], h[rows], drafter.logits)
         top_lp, top_tok = torch.log_softmax(logits, -1).topk(k, dim=-1)        # [F, k]
         clock.lap("draft/head", level)
         width = front.shape[0] * k

@@ -75,37 +75,33 @@ def run_meta(argv: list[str], n: int, base: FoveaConfig) -> dict:
             "max_new_tokens": base.decoding.max_new_tokens}
 
 
-def tree_sweep(args, pipe, base: FoveaConfig) -> str:
-    table = tree_sweep_methods()
+def _sweep(args, pipe, base: FoveaConfig, table: dict[str, Method], default_out: str, extra_meta: dict,
+           markdown) -> str:
+    """Every method of `table` on the tuning questions (default 30), interleaved; results.json and the
+    sweep's results.md (`markdown(summary, meta) -> (text, best)`) under `args.out` or `default_out`."""
     methods = list(table)
     n = args.n or 30
     t_start = time.perf_counter()
     rows = run_speed(pipe, held_out(n, tuning_seeds), methods, base, table=table)
     summary = summarise(rows, methods)
     meta = {**run_meta(args.argv, n, base), "run_minutes": round((time.perf_counter() - t_start) / 60, 1),
-            "shapes": [list(s) for s in TREE_SHAPES], "drafters": list(SWEEP_DRAFTERS)}
-    md, best = tree_sweep_markdown(summary, meta)
-    out = args.out or Path("assets/results/tree_sweep")
+            **extra_meta}
+    md, best = markdown(summary, meta)
+    out = args.out or Path(default_out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"meta": meta, "best": best, "summary": summary, "rows": rows}, indent=1))
     (out / "results.md").write_text(md)
     return md
+
+
+def tree_sweep(args, pipe, base: FoveaConfig) -> str:
+    return _sweep(args, pipe, base, tree_sweep_methods(), "assets/results/tree_sweep",
+                  {"shapes": [list(s) for s in TREE_SHAPES], "drafters": list(SWEEP_DRAFTERS)}, tree_sweep_markdown)
 
 
 def trigger_sweep(args, pipe, base: FoveaConfig) -> str:
     """FOVEA with correction.trigger thresholds beside its twin, per drafter context, on tuning questions."""
     pairs = tuple(p for p in TRIGGER_PAIRS if p[0] in pipe.drafters and p[1] in pipe.drafters)
-    table = trigger_sweep_methods(TRIGGERS, pairs)
-    methods = list(table)
-    n = args.n or 30
-    t_start = time.perf_counter()
-    rows = run_speed(pipe, held_out(n, tuning_seeds), methods, base, table=table)
-    summary = summarise(rows, methods)
-    meta = {**run_meta(args.argv, n, base), "run_minutes": round((time.perf_counter() - t_start) / 60, 1),
-            "triggers": list(TRIGGERS), "pairs": [list(p) for p in pairs]}
-    md, best = trigger_sweep_markdown(summary, meta, TRIGGERS, pairs)
-    out = args.out or Path("assets/results/trigger_sweep")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({"meta": meta, "best": best, "summary": summary, "rows": rows}, indent=1))
-    (out / "results.md").write_text(md)
-    return md
+    return _sweep(args, pipe, base, trigger_sweep_methods(TRIGGERS, pairs), "assets/results/trigger_sweep",
+                  {"triggers": list(TRIGGERS), "pairs": [list(p) for p in pairs]},
+                  lambda summary, meta: trigger_sweep_markdown(summary, meta, TRIGGERS, pairs))

@@ -199,9 +199,6 @@ def train_step(model, aux, batch: dict, ground_layers=(), objects: ObjectHeads |
     loss or None without `objects`)."""
     out = forward(model, batch, attentions=bool(ground_layers))
     logits, feats = out[:2]
-    ce = F.cross_entropy(logits.flatten(0, 1), batch["labels"][:, 1:].flatten(), ignore_index=-100,
-                         reduction="none")
-    w = batch["weights"][:, 1:].flatten()
     aux_loss = aux(feats, batch["patch_labels"])
     if "aux_pixels" in batch:  # the vision tower learns from more images than the decoder reads
         aux_loss = (aux_loss + aux(image_features(model, batch["aux_pixels"]), batch["aux_labels"])) / 2
@@ -215,7 +212,7 @@ def train_step(model, aux, batch: dict, ground_layers=(), objects: ObjectHeads |
         deep = image_states(out[3][min(ground_layers)], batch["input_ids"], image_id)
         aux_loss = (aux_loss + aux(deep, batch["patch_labels"], deep=True)) / 2
     attrs = objects(out[3][max(ground_layers) + 1], batch) if objects is not None and ground_layers else None
-    return (ce * w).sum() / w.sum(), aux_loss, ground, attrs
+    return weighted_lm_loss(logits, batch), aux_loss, ground, attrs
 
 
 @torch.no_grad()
@@ -335,6 +332,12 @@ def drill_loss(model, batch: dict) -> torch.Tensor:
     with every weight 1, the plain mean)."""
     out = model.model.language_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     logits = model.lm_head(out.last_hidden_state[:, :-1])
+    return weighted_lm_loss(logits, batch)
+
+
+def weighted_lm_loss(logits: torch.Tensor, batch: dict) -> torch.Tensor:
+    """Next-token cross-entropy of logits [B, T-1, V] against the batch's labels, averaged with its
+    per-token weights (0 off the answers): the image batches' and the drills' LM loss."""
     ce = F.cross_entropy(logits.flatten(0, 1), batch["labels"][:, 1:].flatten(), ignore_index=IGNORE,
                          reduction="none")
     w = batch["weights"][:, 1:].flatten()
