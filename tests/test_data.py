@@ -342,3 +342,19 @@ def test_chart_drills_list_the_bars_in_the_question_and_stop_at_the_asked_one():
         assert qa.answer.rstrip(".").endswith(qa.short_answer) and not qa.mentions
         (start, end), = qa.stress           # the stop: right after the asked bar's pair
         assert qa.answer[:start].endswith(reading) and qa.answer[start:end] in (", so", ". So", ". Bar")
+
+
+def test_scene_list_answers_mark_each_go_on_or_stop_decision_as_stress():
+    """Describe and count answers stress the words right after every listed shape: ', a' / ' and a'
+    between shapes, and the stop (', so', '. That', ...) after the last one."""
+    from fovea.data import make_conversation
+
+    for seed in range(20):
+        for task in ("count", "describe"):
+            qa = make_conversation(seed, 1, "scene", task).turns[0][1]
+            words = [qa.answer[a:b] for a, b in qa.stress]
+            assert len(words) == int(qa.short_answer) >= 1
+            assert all(w in (", a", ", an", " and a", " and an") for w in words[:-1])
+            assert words[-1] in (", so", ". That", ". So", ". There", ". I")
+            for (a, _), m in zip(qa.stress, sorted({m.obj: m for m in qa.mentions}.values(), key=lambda m: m.end)):
+                assert a == max(x.end for x in qa.mentions if x.obj == m.obj)
