@@ -25,12 +25,13 @@ from app.session import (AUTOREGRESSIVE, FOVEA, LANE_NAMES, NO_CORRECTION, Sessi
                          new_session)
 from app.settings import SETTING_NAMES, SettingsError, config_from_settings, timing_repeats, variant_config
 from app.streaming import BackgroundStream, run_on_decode_thread
-from app.timing import Timings, interleaved_order, keep_timing
+from app.timing import Timings, keep_timing
 from app.views import cleared_outputs, export_files, final_outputs, focus_view, lane, live_outputs, pack
 from fovea.config import FoveaConfig
 from fovea.data import EVAL_SEED_START
 from fovea.ood import check_world
 from fovea.pipeline import InputError
+from fovea.profile import interleaved_order
 from fovea.trace_io import TraceFormatError, load_trace
 
 log = logging.getLogger("fovea.app")

@@ -25,12 +25,6 @@ def keep_timing(repeat: int, elapsed_s: float, budget_s: float = TIMING_BUDGET_S
     return repeat < MIN_REPEATS or elapsed_s < budget_s
 
 
-def interleaved_order(methods: list[str], repeat: int) -> list[str]:
-    """The methods rotated by `repeat` places."""
-    r = repeat % len(methods) if methods else 0
-    return methods[r:] + methods[:r]
-
-
 @dataclass
 class Timings:
     """tokens/s of each method per repeat (repeat r -> {method: tokens/s})."""

@@ -1,5 +1,6 @@
 """Wall-clock laps for profiling the decode loop: a `Clock` that the draft loop, the drafter head
-and the round call at stage boundaries, and `NO_CLOCK`, the default, whose laps do nothing.
+and the round call at stage boundaries, and `NO_CLOCK`, the default, whose laps do nothing; and the
+rotation that interleaved timings share (`interleaved_order`).
 
 A lap charges the time since the previous lap to one (stage, level) key, so nested stages never
 double count. On the CPU every op has finished when it returns, so perf_counter is exact; on a GPU
@@ -47,3 +48,11 @@ class _NoClock(Clock):
 
 
 NO_CLOCK = _NoClock()
+
+
+def interleaved_order(items: list, repeat: int) -> list:
+    """`items` rotated by `repeat` places: interleaved timings start each repeat (or question) with
+    another item, so drift in machine load hits all of them alike. The app, the bench, the profile's
+    lever check and the locality timings share it."""
+    r = repeat % len(items) if items else 0
+    return items[r:] + items[:r]

@@ -9,7 +9,8 @@ from PIL import Image
 from app import plots, render
 from app.focus import focus_trajectory, heatmap_overlay, trajectory_gif
 from app.session import Session, from_trace_file, to_trace_file
-from app.timing import Timings, interleaved_order
+from app.timing import Timings
+from fovea.profile import interleaved_order
 from app.tree import dfs_order, tree_html
 from app.vision import corrected_states, flip_marks, race_html, token_kinds, vision_html
 from app.views import Lane

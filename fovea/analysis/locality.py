@@ -30,6 +30,7 @@ import torch
 from fovea.config import LocalityConfig, RetrievalConfig
 from fovea.locality import (dense_mass, direct_readout, finish, focus_locality, holt_update, partial_readout,
                             predict_selection, repair, summarize_locality, trace_links)
+from fovea.profile import interleaved_order
 from fovea.retrieval import cumulative_mass_k
 
 VARIANTS = ("select", "dense", "direct", "predict", "speculate", "repair")
@@ -143,7 +144,7 @@ def time_steps(fns: dict, steps: int, repeats: int) -> dict:
     names, per = list(fns), {k: [] for k in fns}
     with torch.inference_mode():
         for r in range(repeats):
-            for name in names[r % len(names):] + names[:r % len(names)]:
+            for name in interleaved_order(names, r):
                 fn, t0 = fns[name], time.perf_counter()
                 for t in range(1, steps):
                     fn(t)

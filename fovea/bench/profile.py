@@ -26,7 +26,7 @@ from fovea.candidates import TreeDrafter
 from fovea.config import FoveaConfig
 from fovea.decoding import run
 from fovea.draft import extend
-from fovea.profile import Clock
+from fovea.profile import Clock, interleaved_order
 from fovea.tree import ancestors_of
 
 CURVE_NODES = (1, 2, 4, 8, 16, 32)
@@ -184,8 +184,7 @@ def lever_check(pipe, samples, cfg: FoveaConfig, drafter: str = "no_correction",
     try:
         for r in range(repeats + 1):                                  # round 0 warms every setting up
             for i, p in enumerate(prompts if r else prompts[:1]):
-                names = list(settings)
-                for name in names[(i + r) % len(names):] + names[:(i + r) % len(names)]:
+                for name in interleaved_order(list(settings), i + r):
                     threads, d = settings[name]
                     torch.set_num_threads(threads)
                     for m, strategy in (("autoregressive", None), ("drafter", TreeDrafter(d, drafters[d]))):

@@ -19,6 +19,7 @@ from fovea.bench.report import tree_sweep_markdown, trigger_sweep_markdown
 from fovea.bench.stats import summarise
 from fovea.config import FoveaConfig
 from fovea.data import FAMILIES, eval_seeds, make_sample, tuning_seeds
+from fovea.profile import interleaved_order
 
 
 def held_out(n: int, seeds=eval_seeds) -> list:
@@ -35,8 +36,8 @@ def run_speed(pipe, samples: list, methods: list[str], base: FoveaConfig, assist
     for m in methods:                                      # warm-up: first-call allocations
         run_method(pipe, table[m], warm.image, warm.question, base, assistant)
     for qi, s in enumerate(tqdm(samples, desc="bench", dynamic_ncols=True)):
-        order = methods[qi % len(methods):] + methods[: qi % len(methods)]
-        results = {m: run_method(pipe, table[m], s.image, s.question, base, assistant) for m in order}
+        results = {m: run_method(pipe, table[m], s.image, s.question, base, assistant)
+                   for m in interleaved_order(methods, qi)}
         for m, r in results.items():
             rows.append({"q": qi, "family": s.family, "task": s.task, "method": m, "wall_s": r.wall_s,
                          "n_tokens": len(r.tokens), "accept_lengths": r.accept_lengths,
