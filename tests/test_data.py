@@ -358,3 +358,17 @@ def test_scene_list_answers_mark_each_go_on_or_stop_decision_as_stress():
             assert words[-1] in (", so", ". That", ". So", ". There", ". I")
             for (a, _), m in zip(qa.stress, sorted({m.obj: m for m in qa.mentions}.values(), key=lambda m: m.end)):
                 assert a == max(x.end for x in qa.mentions if x.obj == m.obj)
+
+
+def test_ocr_read_answers_mark_each_word_end_as_stress():
+    """An OCR read answer stresses the character right after every word: the space before the next
+    word, or the stop after the last one (where a read doubles or drops a last letter)."""
+    from fovea.data import make_conversation
+
+    for seed in range(20):
+        qa = make_conversation(seed, 1, "ocr", "read").turns[0][1]
+        words = qa.short_answer.split()
+        assert len(qa.stress) == len(words)
+        for (a, b), word in zip(qa.stress, words):
+            assert qa.answer[:a].endswith(word) and b == a + 1 and qa.answer[a] in " .,"
+        assert [qa.answer[a] for a, _ in qa.stress][:-1] == [" "] * (len(words) - 1)

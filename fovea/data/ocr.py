@@ -82,7 +82,10 @@ def ask(layout: Layout, task: str, choice, rng: random.Random) -> QA:
     fields = dict(count=text.count(n, "word"), be=text.be(n))
     if task == "read":
         short = " ".join(w.text for w in words)
-        return text.ask(rng, text.OCR, task, short, text=text.join(words, sep=" ", last=" "), **fields)
+        # stress: the character right after each word (" " + the next word, or the stop), where a read
+        # answer doubles or drops a word's last letter (most OCR read misses at step 42,800)
+        return text.with_stops(text.ask(rng, text.OCR, task, short, text=text.join(words, sep=" ", last=" "),
+                                        **fields), range(n), r"[ .,]")
     if task == "word_count":
         return text.ask(rng, text.OCR, task, str(n), listed=text.join(words), **fields)
     rest_templates = text.OCR["top"]["rest_one" if n == 1 else "rest_more"]

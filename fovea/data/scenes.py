@@ -7,8 +7,7 @@ render() draws a layout into the letterboxed canvas. options() lists only questi
 is unique.
 """
 import random
-import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -132,13 +131,7 @@ def _with_list_stops(qa: QA, listed) -> QA:
     (", a" / " and a" go on; ", so" / ". That" stop): there the answer decides whether another shape
     follows. At step 39,363 most count misses listed one of two matching shapes and stopped, and most
     describe misses left a shape out."""
-    spans = []
-    for obj in listed:
-        end = max(m.end for m in qa.mentions if m.obj == obj)  # the end of the shape's position
-        after = re.match(r"(?:[.,]| and)? \w+", qa.answer[end:])
-        if after:
-            spans.append((end, end + after.end()))
-    return replace(qa, stress=tuple(spans))
+    return text.with_stops(qa, listed, r"(?:[.,]| and)? \w+")   # a shape's last mention is its position
 
 
 def ask(layout: Layout, task: str, choice, rng: random.Random) -> QA:

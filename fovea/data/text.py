@@ -4,7 +4,9 @@ that fills them while recording which characters name which image object.
 Knows nothing about images: families choose the facts and the template, this
 module turns them into English plus Mention spans.
 """
+import dataclasses
 import random
+import re
 import string
 from dataclasses import dataclass
 
@@ -71,6 +73,18 @@ def ask(rng: random.Random, family: dict, task: str, short_answer: str, **fields
             break
         answer += " " + filler
     return QA(question, answer, short_answer, mentions)
+
+
+def with_stops(qa: QA, objs, pattern: str) -> QA:
+    """`qa` with one more stress span per object of `objs`: the characters that `pattern` matches right
+    after the object's last mention (where the answer decides whether it goes on or stops)."""
+    spans = list(qa.stress)
+    for obj in objs:
+        end = max(m.end for m in qa.mentions if m.obj == obj)
+        after = re.match(pattern, qa.answer[end:])
+        if after:
+            spans.append((end, end + after.end()))
+    return dataclasses.replace(qa, stress=tuple(spans))
 
 
 def join(items: list[Field], sep: str = ", ", last: str = " and ") -> list[Piece]:
