@@ -110,12 +110,13 @@ class Callbacks:
 
     # ---- Run: every method, interleaved repeats, the first repeat streamed live ----------------
     def run(self, image, question, mode, rho, k_min, k_max, fixed_k, depth, top_k, total_tokens, correction,
-            correction_depth, sampling, temperature, top_p, seed, max_new_tokens, repeats=None, session=None):
+            correction_depth, sampling, temperature, top_p, seed, max_new_tokens, repeats=None, stop_below=None,
+            session=None):
         """Generator over RUN_OUTPUTS tuples. Parameters are named for the API (settings follow
         SETTING_NAMES); the previous session's outputs are cleared first, then replaced."""
         settings = dict(zip(SETTING_NAMES, (mode, rho, k_min, k_max, fixed_k, depth, top_k, total_tokens, correction,
                                              correction_depth, sampling, temperature, top_p, seed, max_new_tokens,
-                                             repeats)))
+                                             repeats, stop_below)))
         img, q, cfg, n_repeats = self._validate(image, question, settings)
         world = check_world(img)
         yield cleared_outputs(world, len(self.methods))

@@ -20,7 +20,7 @@ DEFAULTS = FoveaConfig()
 # order of the controls, i.e. of the callback arguments that carry them
 SETTING_NAMES = ("mode", "rho", "k_min", "k_max", "fixed_k", "depth", "top_k", "total_tokens",
                  "correction", "correction_depth", "sampling", "temperature", "top_p", "seed", "max_new_tokens",
-                 "repeats")
+                 "repeats", "stop_below")
 
 
 class SettingsError(ValueError):
@@ -44,6 +44,9 @@ def settings_panel(cap: int = MAX_NEW_TOKENS_CAP, initial: FoveaConfig = DEFAULT
             depth = gr.Slider(1, 16, value=t.depth, step=1, label="Tree depth")
             top_k = gr.Slider(1, 8, value=t.top_k, step=1, label="Tree top-k")
             total = gr.Slider(1, 64, value=t.total_tokens, step=1, label="Tree budget (nodes)")
+            stop = gr.Slider(0.0, 0.95, value=t.stop_below, step=0.05, label="Stop below (dynamic depth)",
+                             info="stop drafting below a level whose best path is less likely than this; "
+                                  "0 = always draft every level")
         with gr.Row():
             correction = gr.Checkbox(value=c.enabled, label="Gated correction")
             corr_depth = gr.Slider(0, 4, value=c.max_depth, step=1, label="Correction depth")
@@ -59,7 +62,7 @@ def settings_panel(cap: int = MAX_NEW_TOKENS_CAP, initial: FoveaConfig = DEFAULT
                 "Speculative sampling preserves the target's output distribution, not its exact tokens, so with "
                 "sampling the two answers are different valid samples.", elem_classes=["fv-note"])
     return [mode, rho, k_min, k_max, fixed_k, depth, top_k, total, correction, corr_depth,
-            sampling, temperature, top_p, seed, max_new, repeats]
+            sampling, temperature, top_p, seed, max_new, repeats, stop]
 
 
 def timing_repeats(values: dict) -> int:
@@ -100,7 +103,9 @@ def config_from_settings(values: dict, cap: int = MAX_NEW_TOKENS_CAP) -> FoveaCo
                             max_depth=_number(values, "correction_depth", "Correction depth", 0, 8)),
             tree=dict(depth=_number(values, "depth", "Tree depth", 1, 16),
                       top_k=_number(values, "top_k", "Tree top-k", 1, 16),
-                      total_tokens=_number(values, "total_tokens", "Tree budget", 1, 128)),
+                      total_tokens=_number(values, "total_tokens", "Tree budget", 1, 128),
+                      stop_below=DEFAULTS.tree.stop_below if values.get("stop_below") is None else
+                      _number(values, "stop_below", "Stop below", 0.0, 0.99, integer=False)),
             decoding=dict(max_new_tokens=_number(values, "max_new_tokens", "Max new tokens", 1, cap),
                           greedy=greedy,
                           temperature=_number(values, "temperature", "Temperature", 0.01, 5.0, integer=False),

@@ -45,7 +45,7 @@ TOKENS = 12
 MIN_LABEL_PX = 11
 # An untrained drafter spreads its probability thinly, so the tree grows wide before it grows deep:
 # depth 16 is reached only when the budget holds every drafted node (top-k 2: 2 + 4 x 15 = 62).
-DEEP_TREE = {"Tree depth": 16, "Tree top-k": 2, "Tree budget (nodes)": 64}
+DEEP_TREE = {"Tree depth": 16, "Tree top-k": 2, "Tree budget (nodes)": 64, "Stop below (dynamic depth)": 0}
 SCENE = make_sample(1, family="scene", split="shifted")        # 192 x 128: a wide generated scene
 
 

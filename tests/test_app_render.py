@@ -214,7 +214,9 @@ def test_settings_defaults_round_trip_to_the_library_defaults():
                   fixed_k=d.retrieval.fixed_k, depth=d.tree.depth, top_k=d.tree.top_k,
                   total_tokens=d.tree.total_tokens, correction=True, correction_depth=d.correction.max_depth,
                   sampling="greedy", temperature=1.0, top_p=1.0, seed=0, max_new_tokens=d.decoding.max_new_tokens)
-    assert config_from_settings(values) == d
+    assert config_from_settings(values) == d                                         # stop_below absent: default
+    assert config_from_settings({**values, "stop_below": d.tree.stop_below}) == d
+    assert config_from_settings({**values, "stop_below": 0}).tree.stop_below == 0.0  # 0: every level, every round
     assert config_from_settings({**values, "k_min": 4.0}).retrieval.k_min == 4      # sliders send floats
 
 
@@ -225,6 +227,7 @@ def test_settings_defaults_round_trip_to_the_library_defaults():
     ({"k_min": 40, "k_max": 8}, "lower K_min or raise K_max"),
     ({"mode": "psychic"}, "Retrieval mode must be one of"),
     ({"rho": float("nan")}, "ρ must be a number between"),
+    ({"stop_below": 1.5}, "Stop below must be a number between 0 and 0.99"),
 ])
 def test_bad_settings_raise_a_sentence_saying_what_to_change(change, phrase):
     values = dict(mode="cumulative", rho=0.8, k_min=4, k_max=32, fixed_k=16, depth=5, top_k=4, total_tokens=16,

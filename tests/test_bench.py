@@ -77,20 +77,30 @@ def test_tree_sweep_compares_every_shape_on_tuning_questions(tmp_path):
         main(["--tree-sweep", "--tiny-random", "--methods", "fovea"])
 
 
-def test_trigger_sweep_compares_thresholds_beside_the_twin_on_tuning_questions(tmp_path):
-    """--trigger-sweep runs, per drafter context the pipeline has, the twin, FOVEA as the paper runs it
-    and FOVEA at every TRIGGERS threshold (correction at every depth), all lossless, and names the best."""
-    from fovea.bench.methods import TRIGGERS
+@pytest.mark.parametrize("kind", ["trigger", "retrieval", "stop"])
+def test_pair_sweeps_compare_decode_time_variants_beside_the_twin_on_tuning_questions(tmp_path, kind):
+    """--trigger-sweep / --retrieval-sweep / --stop-sweep run, per drafter context the pipeline has, the
+    twin, FOVEA as the paper runs it and FOVEA@label for each variant (trigger thresholds with the
+    correction at every depth; rho and the K bounds; dynamic depth, the twin too), all lossless, and name
+    the best."""
+    from fovea.bench.runner import PAIR_SWEEPS
 
-    main(["--trigger-sweep", "--tiny-random", "--n", "2", "--max-new-tokens", "6", "--out", str(tmp_path)])
+    labels = [label for label, _ in PAIR_SWEEPS[kind][0]]
+    main([f"--{kind}-sweep", "--tiny-random", "--n", "2", "--max-new-tokens", "6", "--out", str(tmp_path)])
     data = json.loads((tmp_path / "results.json").read_text())
     pairs = [tuple(p) for p in data["meta"]["pairs"]]
-    assert ("fovea", "no_correction") in pairs
-    want = {"autoregressive"} | {n for f, t in pairs for n in (f, t, *[f"{f}@trigger{x:g}" for x in TRIGGERS])}
+    assert ("fovea", "no_correction") in pairs and data["meta"]["sweep"] == kind
+    swept = (lambda f, t: (f, t)) if PAIR_SWEEPS[kind][3] else (lambda f, t: (f,))   # stop: the twins too
+    want = {"autoregressive"} | {n for f, t in pairs for n in (f, t, *[f"{d}@{x}" for d in swept(f, t) for x in labels])}
     assert set(data["summary"]["all"]) == want and all(m["lossless"] for m in data["summary"]["all"].values())
-    for fovea, _ in pairs:
-        assert data["best"][fovea]["trigger"] in TRIGGERS
+    for f, t in pairs:
+        assert all(data["best"][d]["variant"] in labels for d in swept(f, t))
     assert "tuning questions" in (tmp_path / "results.md").read_text()
+
+
+def test_bench_runs_one_sweep_or_profile_at_a_time():
+    with pytest.raises(SystemExit):
+        main(["--trigger-sweep", "--retrieval-sweep", "--tiny-random"])
 
 
 def test_profile_splits_rounds_and_writes_cost_curves(tmp_path):

@@ -88,13 +88,13 @@ def test_dynamic_depth_stops_unsure_rounds_early_and_stays_lossless(trained_pipe
     from fovea.draft import draft_tree, extend
 
     cases = prompts(trained_pipeline, 4, offset=400)
-    for stop in (0.2, 0.9):
+    for stop in (0.0, 0.2, 0.9):                  # 0: fixed depth (the default is dynamic)
         assert_lossless(trained_pipeline, cases, CFG.replace(tree=dict(stop_below=stop)))
     # a threshold no path can meet stops after the first level: only the root's children are drafted
     d = trained_pipeline.drafters["fovea"]
     state = extend(d, None, torch.randint(0, 50, (6,)), torch.randn(6, d.cfg.hidden_size))
     shallow = draft_tree(d, state, 1, None, CFG.replace(tree=dict(stop_below=0.999999)), trace=False)
-    deep = draft_tree(d, state, 1, None, CFG, trace=False)
+    deep = draft_tree(d, state, 1, None, CFG.replace(tree=dict(stop_below=0.0)), trace=False)   # fixed depth
     assert int(shallow.depth_ids.max()) == 1 and int(deep.depth_ids.max()) > 1
 
 

@@ -1,5 +1,6 @@
 """The bundled-model training commands run end to end on a couple of tiny steps: the assistant LM
 for transformers' assisted generation, and drafter training continued from the shipped drafters."""
+import dataclasses
 import json
 
 import pytest
@@ -61,6 +62,31 @@ def test_drafter_command_continues_from_the_shipped_drafters(tmp_path):
         new, old = Drafter.from_pretrained(folder).state_dict(), Drafter.from_pretrained(shipped).state_dict()
         # continued, not re-initialised: one tiny step barely moves the weights
         assert max(float((new[k] - old[k]).abs().max()) for k in old) < 1e-2
+
+
+def test_a_deeper_drafter_warm_starts_from_a_shallower_one_and_drafts_the_same_at_first():
+    from fovea.config import DrafterConfig
+    from fovea.drafter import Drafter
+    from fovea.training.drafter_cli import warm_start
+
+    small = DrafterConfig(hidden_size=32, num_heads=2, num_kv_heads=2, intermediate_size=64, vocab_size=50,
+                          memory_dim=32)
+    torch.manual_seed(0)
+    one = Drafter(small, key_dim=16)
+    one.embed_weight = torch.randn(50, 32)
+    two = Drafter(dataclasses.replace(small, num_layers=2), key_dim=16)
+    two.embed_weight = one.embed_weight
+    warm_start(two, one)
+    tokens, feats = torch.randint(0, 50, (1, 5)), torch.randn(1, 5, 32)
+    pos, mask = torch.arange(5)[None], torch.ones(5, 5, dtype=torch.bool).tril()[None, None]
+    h1, _ = one.step(tokens, feats, pos, mask)
+    h2, kv2 = two.step(tokens, feats, pos, mask)
+    assert len(kv2) == 2 and torch.allclose(h1, h2, atol=1e-6)     # the added block starts as the identity
+    assert float(two.blocks[1].q.weight.detach().abs().sum()) > 0            # ... but is not dead: only its outputs are zero
+    with pytest.raises(SystemExit, match="more than --num-layers"):
+        warm_start(one, two)
+    with pytest.raises(SystemExit, match="another shape or context"):
+        warm_start(Drafter(dataclasses.replace(small, num_layers=2, context="text"), key_dim=16), one)
 
 
 @pytest.mark.parametrize("pairs,says", [(["hidden"], "KEY=VALUE"), (["enabled=false"], "KEY=VALUE"),

@@ -21,7 +21,7 @@ import torch
 
 from fovea.bench.methods import METHODS, Method, load_assistant
 from fovea.bench.report import write_results
-from fovea.bench.runner import cold_start_seconds, held_out, run_meta, run_speed, tree_sweep, trigger_sweep
+from fovea.bench.runner import cold_start_seconds, held_out, pair_sweep, run_meta, run_speed, tree_sweep
 from fovea.bench.stats import summarise
 from fovea.config import FoveaConfig
 
@@ -60,6 +60,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--trigger-sweep", action="store_true",
                    help="compare correction.trigger thresholds (TRIGGERS) for each FOVEA drafter context beside its "
                         "twin on tuning questions (default 30); writes assets/results/trigger_sweep")
+    p.add_argument("--retrieval-sweep", action="store_true",
+                   help="compare the sharpness of retrieval at decode time (cumulative mass rho, K bounds: "
+                        "RETRIEVAL_VARIANTS) for each FOVEA drafter context beside its twin on tuning questions "
+                        "(default 30); writes assets/results/retrieval_sweep")
+    p.add_argument("--stop-sweep", action="store_true",
+                   help="compare dynamic-depth thresholds (TreeConfig.stop_below: STOPS) for FOVEA and its twin in "
+                        "each drafter context on tuning questions (default 30); writes assets/results/stop_sweep")
     p.add_argument("--profile", action="store_true",
                    help="split FOVEA rounds into per-level drafter stages, verify and commit, and measure the "
                         "tracing overhead (default 20 questions; writes assets/results/profile)")
@@ -98,6 +105,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     unknown = [m for m in args.methods or [] if m not in METHODS and m not in extra]
     if unknown:
         p.error(f"unknown method(s) {unknown}: choose from {sorted(METHODS)} or a NAME given to --drafters")
+    modes = [f for f in ("tree_sweep", "trigger_sweep", "retrieval_sweep", "stop_sweep", "profile") if getattr(args, f)]
+    if len(modes) > 1:
+        p.error("run one of " + ", ".join("--" + f.replace("_", "-") for f in modes) + " at a time")
     if (args.compile_check or args.lever_check) and not args.profile:
         p.error("--compile-check and --lever-check are parts of --profile: add --profile")
     for name in ("n", "max_new_tokens", "threads", "analysis_n", "analysis_tokens"):
@@ -124,8 +134,10 @@ def drafter_methods(pipe, names) -> dict[str, Method]:
 def main(argv=None) -> None:
     args = parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
-    if (args.tree_sweep or args.trigger_sweep or args.profile) and args.methods:
-        raise SystemExit("--tree-sweep, --trigger-sweep and --profile run their own methods; drop --methods")
+    sweep = args.tree_sweep or args.trigger_sweep or args.retrieval_sweep or args.stop_sweep
+    if (sweep or args.profile) and args.methods:
+        raise SystemExit("--tree-sweep, --trigger-sweep, --retrieval-sweep, --stop-sweep and --profile run their own "
+                         "methods; drop --methods")
     preset = PRESETS["quick" if args.quick else args.preset]
     torch.set_num_threads(args.threads or (1 if args.tiny_random else 2))
     from fovea.pipeline import FoveaPipeline
@@ -138,16 +150,17 @@ def main(argv=None) -> None:
         loaded = {name: Drafter.from_pretrained(folder) for name, folder in args.drafters.items()}
         pipe = FoveaPipeline(pipe.target, {**pipe.drafters, **loaded})
     table = {**METHODS, **drafter_methods(pipe, args.drafters)}
-    max_new = args.max_new_tokens or (64 if args.tree_sweep or args.trigger_sweep else preset["max_new_tokens"])
+    max_new = args.max_new_tokens or (64 if sweep else preset["max_new_tokens"])
     base = FoveaConfig().replace(decoding={"max_new_tokens": max_new, "trace": False})
     if args.stop_below is not None:
         base = base.replace(tree={"stop_below": args.stop_below})
     if args.tree_sweep:
         print(tree_sweep(args, pipe, base))
         return
-    if args.trigger_sweep:
-        print(trigger_sweep(args, pipe, base))
-        return
+    for kind in ("trigger", "retrieval", "stop"):
+        if getattr(args, f"{kind}_sweep"):
+            print(pair_sweep(args, pipe, base, kind))
+            return
     if args.profile:
         print(profile(args, pipe, base))
         return

@@ -26,7 +26,6 @@ class Method:
     overrides: dict = field(default_factory=dict)
 
 
-DYNAMIC_STOP = 0.3
 ALL_DEPTHS = 64          # max_depth past any tree's depth: every draft state may be corrected
 TRIGGER = 0.9          # the best pooled FOVEA speed of --trigger-sweep (assets/results/trigger_sweep)
 METHODS = {m.name: m for m in [
@@ -36,11 +35,11 @@ METHODS = {m.name: m for m in [
     # the cache-friendly pair: the drafter's cache skips the image; FOVEA and its "- correction" ablation
     Method("fovea_text", drafter="fovea_text"),
     Method("no_correction_text", drafter="no_correction_text", overrides={"correction": {"enabled": False}}),
-    # dynamic depth (TreeConfig.stop_below): DYNAMIC_STOP from a 30-question pilot per threshold
-    # (assets/results/dynamic_depth_pilot); the interleaved bench decides whether it becomes the default
-    Method("fovea_dynamic", overrides={"tree": {"stop_below": DYNAMIC_STOP}}),
-    Method("no_correction_dynamic", drafter="no_correction",
-           overrides={"correction": {"enabled": False}, "tree": {"stop_below": DYNAMIC_STOP}}),
+    # the default tree stops below an unsure level (TreeConfig.stop_below, dynamic depth); these draw all
+    # `depth` levels every round, as EAGLE-2 and the paper do
+    Method("fovea_fixed_depth", overrides={"tree": {"stop_below": 0.0}}),
+    Method("no_correction_fixed_depth", drafter="no_correction",
+           overrides={"correction": {"enabled": False}, "tree": {"stop_below": 0.0}}),
     Method("chain", overrides={"tree": {"chain": True}}),
     Method("no_depth_embedding", overrides={"retrieval": {"mode": "state_only"}}),
     Method("no_gate", overrides={"correction": {"use_gate": False}}),
@@ -71,22 +70,33 @@ TREE_SHAPES = ((5, 4, 16), (5, 8, 32), (7, 2, 12), (7, 2, 16), (8, 2, 16), (9, 2
 SWEEP_DRAFTERS = ("fovea", "no_correction")
 
 
-# --trigger-sweep: correction.trigger thresholds (with the correction allowed at every depth) for each
-# FOVEA drafter context beside its twin and the paper's setting, on tuning questions; TRIGGER comes from it
+# Pair sweeps (--trigger-sweep, --retrieval-sweep): decode-time variants of each FOVEA drafter context
+# beside its twin and the paper's setting, on tuning questions. A variant is (label, config overrides);
+# FOVEA@label is its method. TRIGGER comes from the trigger sweep.
+SWEEP_PAIRS = (("fovea", "no_correction"), ("fovea_text", "no_correction_text"))
 TRIGGERS = (0.5, 0.7, 0.8, 0.9, 0.95, 1.0)
-TRIGGER_PAIRS = (("fovea", "no_correction"), ("fovea_text", "no_correction_text"))
+TRIGGER_VARIANTS = tuple((f"trigger{t:g}", {"correction": {"max_depth": ALL_DEPTHS, "trigger": t}}) for t in TRIGGERS)
+# the sharpness of retrieval: the cumulative mass rho (paper 0.8) and the K bounds, at decode time
+RETRIEVAL_VARIANTS = (*((f"rho{r:g}", {"retrieval": {"rho": r}}) for r in (0.5, 0.65, 0.95)),
+                      ("rho0.5kmin1", {"retrieval": {"rho": 0.5, "k_min": 1}}),
+                      ("kmax64", {"retrieval": {"k_max": 64}}))
+# dynamic depth (TreeConfig.stop_below), applied to the twins too: the tree default serves every drafter
+STOPS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)     # 0: fixed depth
+STOP_VARIANTS = tuple((f"stop{t:g}", {"tree": {"stop_below": t}}) for t in STOPS)
 
 
-def trigger_sweep_methods(triggers=TRIGGERS, pairs=TRIGGER_PAIRS) -> dict[str, Method]:
-    """autoregressive, then per pair: the twin, FOVEA as the paper runs it, and FOVEA@trigger{t} for each
-    threshold (trigger 1.0: every state corrected, at every depth)."""
+def pair_sweep_methods(variants, pairs=SWEEP_PAIRS, twins_too: bool = False) -> dict[str, Method]:
+    """autoregressive, then per pair: the twin, FOVEA as the paper runs it, and FOVEA@label per variant
+    (and twin@label with `twins_too`)."""
     out = {"autoregressive": METHODS["autoregressive"]}
     for fovea, twin in pairs:
         out[twin], out[fovea] = METHODS[twin], METHODS[fovea]
-        for t in triggers:
-            name = f"{fovea}@trigger{t:g}"
-            out[name] = Method(name, drafter=METHODS[fovea].drafter,
-                               overrides={"correction": {"max_depth": ALL_DEPTHS, "trigger": t}})
+        for name in (fovea, twin) if twins_too else (fovea,):
+            m = METHODS[name]
+            for label, overrides in variants:
+                merged = {k: {**m.overrides.get(k, {}), **v} for k, v in overrides.items()}
+                out[f"{name}@{label}"] = Method(f"{name}@{label}", drafter=m.drafter,
+                                                overrides={**m.overrides, **merged})
     return out
 
 

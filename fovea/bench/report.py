@@ -92,28 +92,29 @@ def tree_sweep_markdown(summary: dict, meta: dict, shapes=TREE_SHAPES, drafters=
                                      "mean_speedup": score[best]}
 
 
-def trigger_sweep_markdown(summary: dict, meta: dict, triggers, pairs) -> tuple[str, dict]:
-    """Per drafter context: the twin, FOVEA as the paper runs it and FOVEA per trigger (pooled speedup,
-    tau, FOVEA's speed over its twin's); the best trigger per context by speedup."""
+def pair_sweep_markdown(summary: dict, meta: dict, kind: str, legend: str, labels, pairs,
+                        twins_too: bool = False) -> tuple[str, dict]:
+    """Per drafter context: the twin, FOVEA as the paper runs it and FOVEA@label per variant (and
+    twin@label with `twins_too`; pooled speedup, tau, speed over the plain twin's); the best variant
+    per drafter by speedup."""
     allf = summary["all"]
-    lines = [f"Trigger sweep {meta['date']} on {meta['machine']}; {meta['n_questions']} tuning questions "
+    lines = [f"{kind.capitalize()} sweep {meta['date']} on {meta['machine']}; {meta['n_questions']} tuning questions "
              f"(fovea.data.tuning_seeds, disjoint from the benchmark's), max {meta['max_new_tokens']} new tokens, "
-             f"greedy; took {meta['run_minutes']} min. Command: `{meta['command']}`", "",
-             "FOVEA@triggerT: the correction at every depth, only where the uncorrected head's top-1 probability "
-             "is below T (T = 1: every state).", "",
+             f"greedy; took {meta['run_minutes']} min. Command: `{meta['command']}`", "", legend, "",
              "| method | speedup | tau (+bonus) | over the twin | lossless |", "|---|---|---|---|---|"]
     best = {}
     for fovea, twin in pairs:
         ref = allf[twin]["speedup_ratio_of_medians"]
-        names = [twin, fovea, *[f"{fovea}@trigger{t:g}" for t in triggers]]
-        for name in names:
+        swept = (fovea, twin) if twins_too else (fovea,)
+        for name in (twin, fovea, *[f"{d}@{label}" for d in swept for label in labels]):
             m = allf[name]
             lines.append(f"| {name} | {m['speedup_ratio_of_medians']:.2f}x | {m['tau_with_bonus']:.2f} | "
                          f"{m['speedup_ratio_of_medians'] / ref:.3f}x | {'yes' if m['lossless'] else 'NO'} |")
-        top = max(triggers, key=lambda t: allf[f"{fovea}@trigger{t:g}"]["speedup_ratio_of_medians"])
-        best[fovea] = {"trigger": top, "speedup": allf[f"{fovea}@trigger{top:g}"]["speedup_ratio_of_medians"],
-                       "over_twin": allf[f"{fovea}@trigger{top:g}"]["speedup_ratio_of_medians"] / ref}
-        lines += [f"| *best for {fovea}: trigger {top:g}* | | | | |"]
+        for d in swept:
+            top = max(labels, key=lambda label: allf[f"{d}@{label}"]["speedup_ratio_of_medians"])
+            speed = allf[f"{d}@{top}"]["speedup_ratio_of_medians"]
+            best[d] = {"variant": top, "speedup": speed, "over_twin": speed / ref}
+            lines += [f"| *best for {d}: {top}* | | | | |"]
     return "\n".join(lines) + "\n", best
 
 

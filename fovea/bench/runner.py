@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from fovea.bench.methods import (METHODS, SWEEP_DRAFTERS, TREE_SHAPES, TRIGGER_PAIRS, TRIGGERS, Method, run_method,
-                                 tree_sweep_methods, trigger_sweep_methods)
-from fovea.bench.report import tree_sweep_markdown, trigger_sweep_markdown
+from fovea.bench.methods import (METHODS, RETRIEVAL_VARIANTS, STOP_VARIANTS, SWEEP_DRAFTERS, SWEEP_PAIRS,
+                                 TREE_SHAPES, TRIGGER_VARIANTS, Method, pair_sweep_methods, run_method, tree_sweep_methods)
+from fovea.bench.report import pair_sweep_markdown, tree_sweep_markdown
 from fovea.bench.stats import summarise
 from fovea.config import FoveaConfig
 from fovea.data import FAMILIES, eval_seeds, make_sample, tuning_seeds
@@ -100,9 +100,25 @@ def tree_sweep(args, pipe, base: FoveaConfig) -> str:
                   {"shapes": [list(s) for s in TREE_SHAPES], "drafters": list(SWEEP_DRAFTERS)}, tree_sweep_markdown)
 
 
-def trigger_sweep(args, pipe, base: FoveaConfig) -> str:
-    """FOVEA with correction.trigger thresholds beside its twin, per drafter context, on tuning questions."""
-    pairs = tuple(p for p in TRIGGER_PAIRS if p[0] in pipe.drafters and p[1] in pipe.drafters)
-    return _sweep(args, pipe, base, trigger_sweep_methods(TRIGGERS, pairs), "assets/results/trigger_sweep",
-                  {"triggers": list(TRIGGERS), "pairs": [list(p) for p in pairs]},
-                  lambda summary, meta: trigger_sweep_markdown(summary, meta, TRIGGERS, pairs))
+PAIR_SWEEPS = {   # name: (variants, default folder, what @label means, the twins run the variants too)
+    "trigger": (TRIGGER_VARIANTS, "assets/results/trigger_sweep",
+                "FOVEA@triggerT: the correction at every depth, only where the uncorrected head's top-1 probability "
+                "is below T (T = 1: every state).", False),
+    "retrieval": (RETRIEVAL_VARIANTS, "assets/results/retrieval_sweep",
+                  "FOVEA@rhoR: cumulative mass R (the paper and the training: 0.8); kmin1: K_min 1; kmax64: K_max 64 "
+                  "(default K in [4, 32]); the same trained drafters, decode-time settings only.", False),
+    "stop": (STOP_VARIANTS, "assets/results/stop_sweep",
+             "@stopT: dynamic depth, drafting stops below a level whose best path has a draft probability under T (0: fixed depth) "
+             "(TreeConfig.stop_below; the default tree otherwise), for FOVEA and its twin alike.", True),
+}
+
+
+def pair_sweep(args, pipe, base: FoveaConfig, kind: str) -> str:
+    """FOVEA under decode-time variants (PAIR_SWEEPS[kind]) beside its twin, per drafter context the
+    pipeline has, on tuning questions."""
+    variants, folder, legend, twins_too = PAIR_SWEEPS[kind]
+    pairs = tuple(p for p in SWEEP_PAIRS if p[0] in pipe.drafters and p[1] in pipe.drafters)
+    labels = [label for label, _ in variants]
+    return _sweep(args, pipe, base, pair_sweep_methods(variants, pairs, twins_too), folder,
+                  {"sweep": kind, "variants": [[label, o] for label, o in variants], "pairs": [list(p) for p in pairs]},
+                  lambda summary, meta: pair_sweep_markdown(summary, meta, kind, legend, labels, pairs, twins_too))

@@ -71,6 +71,27 @@ def correction_variant(pairs: list[str]) -> CorrectionConfig:
     return CorrectionConfig(**changes)
 
 
+def warm_start(drafter: Drafter, source: Drafter) -> None:
+    """Load `source`'s weights into `drafter`. A deeper drafter (--num-layers 2 from a 1-block one)
+    takes the source's blocks as its first blocks; each added block starts as the identity (its
+    attention and MLP output projections zeroed, the residual carries the input through), so the
+    warm-started drafter drafts exactly as the source did at step 0."""
+    have, want = source.cfg.num_layers, drafter.cfg.num_layers
+    if want < have:
+        raise SystemExit(f"--init-from drafter has {have} blocks, more than --num-layers {want}")
+    if dataclasses.replace(source.cfg, num_layers=want) != drafter.cfg:
+        raise SystemExit("--init-from drafter has another shape or context than the one being trained "
+                         f"({source.cfg} vs {drafter.cfg})")
+    missing, unexpected = drafter.load_state_dict(source.state_dict(), strict=False)
+    new_blocks = {f"blocks.{i}." for i in range(have, want)}
+    if unexpected or any(not any(k.startswith(b) for b in new_blocks) for k in missing):
+        raise SystemExit(f"--init-from weights do not fit: missing {missing}, unexpected {unexpected}")
+    with torch.no_grad():
+        for i in range(have, want):
+            drafter.blocks[i].o.weight.zero_()
+            drafter.blocks[i].down.weight.zero_()
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m fovea.train drafter", description=__doc__)
     p.add_argument("--target", type=Path, default=DEFAULT_TARGET_DIR)
@@ -114,7 +135,7 @@ def main(argv=None) -> None:
     step, _ = ckpt.load({**drafters, "opt": opt})
     if step == 0 and args.init_from:
         for drafter, folder in zip((fovea, baseline), args.init_from):
-            drafter.load_state_dict(Drafter.from_pretrained(folder).state_dict())
+            warm_start(drafter, Drafter.from_pretrained(folder))
         for name in variants:   # from FOVEA's weights where the shapes agree (a narrower corrector starts fresh)
             own = drafters[name].state_dict()
             drafters[name].load_state_dict({k: v for k, v in fovea.state_dict().items() if own[k].shape == v.shape},
