@@ -267,7 +267,8 @@ def profile_markdown(p: dict, t: dict, meta: dict, curves: dict | None = None, c
     round_ms = sum(r.values())
     lines = [f"Profile {meta['date']} on {meta['machine']}; {meta['n_questions']} held-out questions, max "
              f"{meta['max_new_tokens']} new tokens, greedy, tree depth {meta['tree']['depth']} / top-k "
-             f"{meta['tree']['top_k']} / {meta['tree']['total_tokens']} nodes. Command: `{meta['command']}`", "",
+             f"{meta['tree']['top_k']} / {meta['tree']['total_tokens']} nodes, stop below "
+             f"{meta['tree'].get('stop_below', 0):g} (dynamic depth; 0 = fixed). Command: `{meta['command']}`", "",
              f"{p['rounds']} FOVEA rounds, tau {p['tau_with_bonus']:.2f} (bonus counted); autoregressive decoding "
              f"{p['autoregressive_ms_per_token']:.2f} ms per token.", "",
              "| stage | ms per round | share |", "|---|---|---|"]
