@@ -70,9 +70,9 @@ TREE_SHAPES = ((5, 4, 16), (5, 8, 32), (7, 2, 12), (7, 2, 16), (8, 2, 16), (9, 2
 SWEEP_DRAFTERS = ("fovea", "no_correction")
 
 
-# Pair sweeps (--trigger-sweep, --retrieval-sweep): decode-time variants of each FOVEA drafter context
-# beside its twin and the paper's setting, on tuning questions. A variant is (label, config overrides);
-# FOVEA@label is its method. TRIGGER comes from the trigger sweep.
+# Pair sweeps (--trigger-sweep, --retrieval-sweep, --stop-sweep): decode-time variants of each FOVEA drafter
+# context beside its twin and the default setting, on tuning questions. A variant is (label, config overrides);
+# FOVEA@label (and twin@label for --stop-sweep) is its method. TRIGGER comes from the trigger sweep.
 SWEEP_PAIRS = (("fovea", "no_correction"), ("fovea_text", "no_correction_text"))
 TRIGGERS = (0.5, 0.7, 0.8, 0.9, 0.95, 1.0)
 TRIGGER_VARIANTS = tuple((f"trigger{t:g}", {"correction": {"max_depth": ALL_DEPTHS, "trigger": t}}) for t in TRIGGERS)

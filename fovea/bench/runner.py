@@ -14,7 +14,8 @@ import torch
 from tqdm import tqdm
 
 from fovea.bench.methods import (METHODS, RETRIEVAL_VARIANTS, STOP_VARIANTS, SWEEP_DRAFTERS, SWEEP_PAIRS,
-                                 TREE_SHAPES, TRIGGER_VARIANTS, Method, pair_sweep_methods, run_method, tree_sweep_methods)
+                                 TREE_SHAPES, TRIGGER_VARIANTS, Method, pair_sweep_methods, run_method,
+                                 tree_sweep_methods)
 from fovea.bench.report import pair_sweep_markdown, tree_sweep_markdown
 from fovea.bench.stats import summarise
 from fovea.config import FoveaConfig
@@ -108,8 +109,9 @@ PAIR_SWEEPS = {   # name: (variants, default folder, what @label means, the twin
                   "FOVEA@rhoR: cumulative mass R (the paper and the training: 0.8); kmin1: K_min 1; kmax64: K_max 64 "
                   "(default K in [4, 32]); the same trained drafters, decode-time settings only.", False),
     "stop": (STOP_VARIANTS, "assets/results/stop_sweep",
-             "@stopT: dynamic depth, drafting stops below a level whose best path has a draft probability under T (0: fixed depth) "
-             "(TreeConfig.stop_below; the default tree otherwise), for FOVEA and its twin alike.", True),
+             "@stopT: dynamic depth, drafting stops below a level whose best path has a draft probability under T "
+             "(0: fixed depth; TreeConfig.stop_below; the default tree otherwise), for FOVEA and its twin "
+             "alike.", True),
 }
 
 
