@@ -2,6 +2,7 @@
 seed ranges, answer wording, object masks, mentions and patch labels."""
 import dataclasses
 import re
+import random
 
 import numpy as np
 import pytest
@@ -273,6 +274,23 @@ def test_scene_questions_have_a_unique_answer(samples):
         elif s.task == "describe":
             assert s.short_answer == str(len(s.objects))
             assert all(lab in s.answer for lab in labels)
+
+
+def test_count_questions_draw_their_answer_evenly_among_the_counts_a_layout_offers():
+    from collections import Counter
+
+    from fovea.data import scenes
+
+    answers = Counter(make_sample(seed, "scene", "count").short_answer for seed in eval_seeds(120))
+    # uniform over the questions, most of them named a colour or kind that occurs once (71% answered 1)
+    assert answers["1"] / 120 < 0.6 and sum(answers[n] for n in "23") >= 24, answers
+    layout = scenes.sample_layout(random.Random(3))
+    choices = scenes.options(layout, "count")
+    rng, drawn = random.Random(0), Counter()
+    for _ in range(600):
+        drawn[scenes._count_of(layout, scenes.pick(layout, "count", choices, rng))] += 1
+    offered = {scenes._count_of(layout, c) for c in choices}
+    assert set(drawn) == offered and min(drawn.values()) > 600 / len(offered) / 2, drawn
 
 
 def test_ocr_answers_read_the_words_top_to_bottom(samples):

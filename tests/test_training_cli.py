@@ -64,6 +64,33 @@ def test_drafter_command_continues_from_the_shipped_drafters(tmp_path):
         assert max(float((new[k] - old[k]).abs().max()) for k in old) < 1e-2
 
 
+def test_adapter_training_moves_only_the_correction_on_the_twins_frozen_base(tmp_path):
+    from fovea.drafter import Drafter
+    from fovea.training.drafter_cli import BASE_PARTS, main
+
+    out, base_out = tmp_path / "adapter", tmp_path / "base"
+    main(["--init-from", str(ASSETS / "drafter"), str(ASSETS / "drafter_nocorr"), "--adapter",
+          "--run-dir", str(tmp_path / "run"), "--out", str(out), "--baseline-out", str(base_out),
+          "--total-steps", "2", "--batch-size", "2", "--lr", "1e-3", "--warmup", "1"])
+    assert not base_out.exists()                     # the twin is neither trained nor re-exported
+    new = Drafter.from_pretrained(out).state_dict()
+    twin = Drafter.from_pretrained(ASSETS / "drafter_nocorr").state_dict()
+    shipped = Drafter.from_pretrained(ASSETS / "drafter").state_dict()
+    base = [k for k in new if k.startswith(BASE_PARTS)]
+    assert base and all(torch.equal(new[k], twin[k]) for k in base)        # the twin's base, bit for bit
+    rest = [k for k in new if not k.startswith(BASE_PARTS)]
+    assert any(not torch.equal(new[k], shipped[k]) for k in rest)         # the correction modules trained
+    meta = json.loads((out / "train_config.json").read_text())
+    assert meta["adapter_of"] == str(ASSETS / "drafter_nocorr") and meta["steps_this_run"] == 2
+
+
+def test_adapter_training_needs_the_drafters_to_start_from(tmp_path):
+    from fovea.training.drafter_cli import main
+
+    with pytest.raises(SystemExit):
+        main(["--adapter", "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "a"), "--total-steps", "1"])
+
+
 def test_a_deeper_drafter_warm_starts_from_a_shallower_one_and_drafts_the_same_at_first():
     from fovea.config import DrafterConfig
     from fovea.drafter import Drafter

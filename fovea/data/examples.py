@@ -20,14 +20,16 @@ FIRST_SEED = EVAL_SEED_START + 400_000  # held out, and far from the seeds bench
 
 def write_examples(folder: str | Path, picks=PICKS) -> list[dict]:
     """Write one example per pick (the first seed whose image is non-square for scenes, so the
-    letterbox shows) and examples.json; returns the entries."""
+    letterbox shows, and whose count, for a count question, is more than one: a count of one needs
+    no counting) and examples.json; returns the entries."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     entries = []
     for i, (family, task) in enumerate(picks):
         seed = FIRST_SEED + i
         sample = make_sample(seed, family, task)
-        while family == "scene" and sample.image.size[0] == sample.image.size[1]:
+        while family == "scene" and (sample.image.size[0] == sample.image.size[1]
+                                     or (task == "count" and sample.short_answer == "1")):
             seed += 1000
             sample = make_sample(seed, family, task)
         name = f"{family}_{task}.png"

@@ -78,7 +78,13 @@ def _layout_and_text(seed: int, family: str, task: str, split: str = "train") ->
         layout = module.sample_layout(rng, split)
         choices = module.options(layout, task)
         if choices:
-            return layout, module.ask(layout, task, rng.choice(choices), rng)
+            return layout, module.ask(layout, task, _pick(module, layout, task, choices, rng), rng)
+
+
+def _pick(module, layout, task: str, choices: list, rng: random.Random):
+    """The family's own draw among a layout's questions (scenes balance count answers), else uniform."""
+    pick = getattr(module, "pick", None)
+    return pick(layout, task, choices, rng) if pick is not None else rng.choice(choices)
 
 
 def make_sample(seed: int, family: str | None = None, task: str | None = None, split: str = "train") -> Sample:
@@ -108,7 +114,7 @@ def make_conversation(seed: int, turns: int, family: str | None = None, task: st
         task = rng.choice(TASKS[family])
         choices = module.options(layout, task)
         if choices:
-            new = module.ask(layout, task, rng.choice(choices), rng)
+            new = module.ask(layout, task, _pick(module, layout, task, choices, rng), rng)
             if all(new.question != old.question for _, old in qas):
                 qas.append((task, new))
     image, objects, labels = module.render(layout)

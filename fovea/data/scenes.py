@@ -106,6 +106,24 @@ def options(layout: Layout, task: str) -> list:
     raise ValueError(f"unknown scene task {task!r}")
 
 
+def _count_of(layout: Layout, choice) -> int:
+    by, value = choice
+    return sum(by == "all" or value in (s.kind, s.colour) for s in layout.shapes)
+
+
+def pick(layout: Layout, task: str, choices: list, rng: random.Random):
+    """One of `choices` (options(layout, task)). A count question first draws its answer uniformly
+    among the counts this layout offers, then a question with that count: drawn uniformly from the
+    options, 71% of count questions answered 1 (most colours and kinds occur once), and at step 42,800
+    the target, which stopped after the first match, was right on 80% of them but on 45% of those
+    whose answer is 2 or more. Every other task draws uniformly."""
+    if task != "count":
+        return rng.choice(choices)
+    counts = sorted({_count_of(layout, c) for c in choices})
+    n = rng.choice(counts)
+    return rng.choice([c for c in choices if _count_of(layout, c) == n])
+
+
 def _pos(layout: Layout, i: int, short: bool = False) -> list:
     """'in the top left corner', the position named as a mention of shape i; the short form
     'at top left' keeps 6-shape descriptions short."""

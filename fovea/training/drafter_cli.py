@@ -92,6 +92,16 @@ def warm_start(drafter: Drafter, source: Drafter) -> None:
             drafter.blocks[i].down.weight.zero_()
 
 
+# the parts a FOVEA drafter shares with its no-correction twin (the rest: memory encoder, retriever, corrector)
+BASE_PARTS = ("fc.", "blocks.", "norm.")
+
+
+def freeze_base(drafter: Drafter) -> None:
+    """--adapter: only the visual memory encoder, the retriever and the corrector keep training."""
+    for name, q in drafter.named_parameters():
+        q.requires_grad_(not name.startswith(BASE_PARTS))
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m fovea.train drafter", description=__doc__)
     p.add_argument("--target", type=Path, default=DEFAULT_TARGET_DIR)
@@ -103,6 +113,11 @@ def main(argv=None) -> None:
     p.add_argument("--init-from", type=Path, nargs=2, metavar=("FOVEA_DIR", "BASELINE_DIR"),
                    help="continue from exported drafters (e.g. assets/drafter assets/drafter_nocorr) when "
                         "--run-dir holds no checkpoint; the optimiser and the LR schedule start fresh")
+    p.add_argument("--adapter", action="store_true",
+                   help="a deviation (measured in the README): train only the FOVEA drafter's visual memory encoder, "
+                        "retriever and corrector, on top of a frozen copy of the --init-from no-correction drafter "
+                        "(its input projection, blocks and final norm). The twin is not trained or re-exported, so "
+                        "FOVEA drafts exactly as its twin wherever the gate stays shut")
     p.add_argument("--variant", nargs="+", action="append", default=[], metavar=("OUT", "KEY=VALUE"),
                    help="also train a FOVEA drafter with these CorrectionConfig fields on the same batches from the "
                         "same initialisation, exported to OUT (repeatable), e.g. --variant assets/d_prop "
@@ -110,6 +125,8 @@ def main(argv=None) -> None:
     add_config_args(p, DrafterTrainConfig)
     args = p.parse_args(argv)
     cfg = config_from_args(args, DrafterTrainConfig)
+    if args.adapter and not args.init_from:
+        p.error("--adapter needs --init-from FOVEA_DIR BASELINE_DIR: the frozen base is BASELINE_DIR's drafter")
     target = load_target(args.target)
     for q in target.model.parameters():
         q.requires_grad_(False)
@@ -129,13 +146,21 @@ def main(argv=None) -> None:
         torch.manual_seed(cfg.seed)       # identical initialisation of the shared parts
         drafters[name] = Drafter(dcfg, ccfg).bind(target).train()
     fovea, baseline = drafters["fovea"], drafters["no_correction"]
-    params = [q for d in drafters.values() for q in d.parameters()]
+    trained = {name: d for name, d in drafters.items() if not (args.adapter and name == "no_correction")}
+    if args.adapter:   # the base's weights arrive with the warm start below; freezing does not depend on them
+        for name, d in trained.items():
+            freeze_base(d)
+    params = [q for d in trained.values() for q in d.parameters() if q.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.95))
     ckpt = Checkpointer(args.run_dir)
     step, _ = ckpt.load({**drafters, "opt": opt})
     if step == 0 and args.init_from:
         for drafter, folder in zip((fovea, baseline), args.init_from):
             warm_start(drafter, Drafter.from_pretrained(folder))
+        if args.adapter:   # FOVEA's base becomes its twin's; its correction modules keep FOVEA_DIR's weights
+            for name, d in trained.items():
+                d.load_state_dict({k: v for k, v in baseline.state_dict().items() if k.startswith(BASE_PARTS)},
+                                  strict=False)
         for name in variants:   # from FOVEA's weights where the shapes agree (a narrower corrector starts fresh)
             own = drafters[name].state_dict()
             drafters[name].load_state_dict({k: v for k, v in fovea.state_dict().items() if own[k].shape == v.shape},
@@ -156,8 +181,8 @@ def main(argv=None) -> None:
         nonlocal step, last
         step, last = step + 1, metrics
         bar.update(1)
-        bar.set_postfix(fovea=f"{metrics['fovea/acc1']:.2f}/{metrics['fovea/acc2']:.2f}",
-                        base=f"{metrics['no_correction/acc1']:.2f}/{metrics['no_correction/acc2']:.2f}")
+        bar.set_postfix({name: f"{metrics[name + '/acc1']:.2f}/{metrics[name + '/acc2']:.2f}"
+                         for name in ("fovea", "no_correction") if name + "/acc1" in metrics})
         append_jsonl(args.run_dir / "log.jsonl", {"step": step, **metrics})
         if step % args.save_every == 0:
             ckpt.save(step, {**drafters, "opt": opt})
@@ -165,14 +190,18 @@ def main(argv=None) -> None:
     while step < cfg.total_steps and timer.minutes() < args.minutes:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg.total_steps, cfg.lr, cfg.warmup)
-        train_steps(target, drafters, data, ccfgs, opt, 1, on_step)
+        train_steps(target, trained, data, ccfgs, opt, 1, on_step)
     ckpt.save(step, {**drafters, "opt": opt})
     before = json.loads((args.run_dir / "init_from.json").read_text())["steps_before"] \
         if (args.run_dir / "init_from.json").exists() else 0
-    for name, folder in (("fovea", args.out), ("no_correction", args.baseline_out), *variants.items()):
+    exports = [("fovea", args.out), *([] if args.adapter else [("no_correction", args.baseline_out)]),
+               *variants.items()]
+    for name, folder in exports:
         drafters[name].eval().save_pretrained(folder)
+        extra = {"adapter_of": str(args.init_from[1])} if args.adapter else {}
         (folder / "train_config.json").write_text(json.dumps(
-            {**asdict(cfg), "steps": before + step, "steps_this_run": step, "steps_before": before}, indent=2))
+            {**asdict(cfg), "steps": before + step, "steps_this_run": step, "steps_before": before, **extra},
+            indent=2))
         (folder / "metrics.json").write_text(json.dumps(
             {k.split("/", 1)[1]: v for k, v in last.items() if k.startswith(name + "/")}, indent=2))
 
