@@ -82,6 +82,9 @@ def test_adapter_training_moves_only_the_correction_on_the_twins_frozen_base(tmp
     assert any(not torch.equal(new[k], shipped[k]) for k in rest)         # the correction modules trained
     meta = json.loads((out / "train_config.json").read_text())
     assert meta["adapter_of"] == str(ASSETS / "drafter_nocorr") and meta["steps_this_run"] == 2
+    twin_steps = json.loads((ASSETS / "drafter_nocorr" / "train_config.json").read_text())["steps"]
+    earlier = json.loads((ASSETS / "drafter" / "train_config.json").read_text()).get("adapter_steps", 0)
+    assert meta["steps"] == twin_steps and meta["adapter_steps"] == earlier + 2   # the pair still continues together
 
 
 def test_adapter_training_needs_the_drafters_to_start_from(tmp_path):

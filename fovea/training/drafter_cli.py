@@ -194,14 +194,18 @@ def main(argv=None) -> None:
     ckpt.save(step, {**drafters, "opt": opt})
     before = json.loads((args.run_dir / "init_from.json").read_text())["steps_before"] \
         if (args.run_dir / "init_from.json").exists() else 0
+    adapter_before = json.loads((args.init_from[0] / "train_config.json").read_text()).get("adapter_steps", 0) \
+        if args.adapter and (args.init_from[0] / "train_config.json").exists() else 0
     exports = [("fovea", args.out), *([] if args.adapter else [("no_correction", args.baseline_out)]),
                *variants.items()]
     for name, folder in exports:
         drafters[name].eval().save_pretrained(folder)
-        extra = {"adapter_of": str(args.init_from[1])} if args.adapter else {}
+        # an adapter's shared parts are its twin's, trained `before` steps: "steps" stays the twin's, so the
+        # pair still continues together; the correction-only steps are counted apart
+        steps = {"steps": before, "adapter_of": str(args.init_from[1]),
+                 "adapter_steps": adapter_before + step} if args.adapter else {"steps": before + step}
         (folder / "train_config.json").write_text(json.dumps(
-            {**asdict(cfg), "steps": before + step, "steps_this_run": step, "steps_before": before, **extra},
-            indent=2))
+            {**asdict(cfg), **steps, "steps_this_run": step, "steps_before": before}, indent=2))
         (folder / "metrics.json").write_text(json.dumps(
             {k.split("/", 1)[1]: v for k, v in last.items() if k.startswith(name + "/")}, indent=2))
 
