@@ -51,8 +51,12 @@ class TreeDrafter:
 
     def start(self, target, prompt, prefill, first: int, cfg: FoveaConfig) -> "_TreeSession":
         d = self.drafter
-        memory = d.encode_memory(target.visual_tokens(prompt), getattr(target, "memory_grid", None))
         seq = torch.cat([prompt.input_ids[0].cpu(), torch.tensor([first])])
+        if d.cfg.memory_source == "hidden":   # the target's last-layer states at the image positions
+            visual = prefill.hidden[seq[:-1] == target.image_token_id]
+        else:
+            visual = target.visual_tokens(prompt)
+        memory = d.encode_memory(visual, getattr(target, "memory_grid", None))
         keep = context_pairs(seq, target.image_token_id) if d.cfg.context == "text" else None
         # room for the prompt, the answer and one round's tree slots: the buffers never grow
         capacity = seq.shape[0] + cfg.decoding.max_new_tokens + cfg.tree.depth * cfg.tree.top_k + 8

@@ -20,6 +20,7 @@ RETRIEVAL_MODES = (
 
 
 DRAFTER_CONTEXTS = ("full", "text")
+MEMORY_SOURCES = ("projected", "hidden")
 
 
 @dataclass(frozen=True)
@@ -165,10 +166,16 @@ class DrafterConfig:
     # image's too (EAGLE on a VLM); "text" = text positions only (cache-friendly: the image
     # reaches the drafter only through the visual memory and its correction)
     context: str = "full"
+    # what the visual memory is built from: "projected" (the paper) = the projected visual tokens, the
+    # decoder's inputs; "hidden" (a deviation, measured in the README) = the target's last-layer states
+    # at the image positions of the prompt, the features a full-context drafter's cache holds
+    memory_source: str = "projected"
 
     def __post_init__(self) -> None:
         if self.context not in DRAFTER_CONTEXTS:
             raise ValueError(f"drafter context must be one of {DRAFTER_CONTEXTS}, got {self.context!r}")
+        if self.memory_source not in MEMORY_SOURCES:
+            raise ValueError(f"drafter memory_source must be one of {MEMORY_SOURCES}, got {self.memory_source!r}")
         if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
             raise ValueError("hidden_size must divide by num_heads, and num_heads by num_kv_heads")
         if not 1 <= self.num_layers <= 2:

@@ -191,3 +191,46 @@ def test_plain_weight_trains_the_head_on_the_uncorrected_state_too(tiny_pipeline
         loss.backward()
         opt.step()
     assert accs[-1] < accs[0]
+
+
+def test_a_memory_of_the_targets_image_states_is_built_the_same_in_training_and_decoding(tiny_pipeline):
+    """memory_source="hidden" (a deviation): the memory is the target's last-layer states at the image
+    positions. Decoding takes them from the prefill, training from the teacher-forced pass; both are
+    the same states, and decoding with such a drafter stays lossless (trained a little, so it corrects)."""
+    import dataclasses
+
+    from fovea.candidates import TreeDrafter
+    from fovea.config import CorrectionConfig
+    from fovea.training.drafter import target_artifacts
+    from fovea.training.packing import as_conversation, pack_batch
+
+    with pytest.raises(ValueError, match="memory_source"):
+        DrafterConfig(memory_source="pixels")
+    target = tiny_pipeline.target
+    torch.manual_seed(0)
+    cfg = dataclasses.replace(drafter_config_for(target, context="text"), memory_source="hidden")
+    drafter = Drafter(cfg).bind(target).eval()
+    prompt = target.prepare(*tiny_pipeline.random_example("scene", 3))
+    _, out = target.prefill(prompt)
+    session = TreeDrafter("fovea", drafter).start(target, prompt, out, int(out.logits[-1].argmax()), CFG)
+    image = prompt.input_ids[0] == target.image_token_id
+    assert int(image.sum()) == session.memory.values.shape[0] == target.num_image_tokens
+    expected = drafter.encode_memory(out.hidden[image])
+    assert torch.allclose(session.memory.values, expected.values, atol=1e-6)
+    assert not torch.allclose(out.hidden[image], target.visual_tokens(prompt), atol=1e-3)   # not the projected tokens
+
+    # training reads the same positions of its own teacher-forced pass
+    ids, att = prompt.input_ids, torch.ones_like(prompt.input_ids)
+    art = target_artifacts(target, ids, att, prompt.model_inputs["pixel_values"])
+    assert torch.allclose(art["feats"][0][image], out.hidden[image], atol=1e-4)
+
+    pipe = trained_tiny_pipeline(seed=4, drafter_name="fovea_text", steps=1)
+    hidden = Drafter(cfg).bind(pipe.target).train()
+    hidden.load_state_dict(pipe.drafters["fovea"].state_dict())
+    opt = torch.optim.AdamW(hidden.parameters(), lr=3e-3)
+    from fovea.training.drafter import train_steps
+    from tests.test_lossless import self_distillation_batches
+    train_steps(pipe.target, {"fovea": hidden}, self_distillation_batches(pipe), {"fovea": CorrectionConfig()}, opt,
+                steps=5)
+    pipe.drafters["fovea"] = hidden.eval()
+    assert_lossless(pipe, prompts(pipe, 6, offset=600))

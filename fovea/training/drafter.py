@@ -118,7 +118,13 @@ def drafter_loss(drafter: Drafter, art: dict, ids: torch.Tensor, loss_mask: torc
     retrieval-grounding loss of both steps' draft states."""
     feats, logits = art["feats"], art["logits"]
     b, t, _ = feats.shape
-    memory = [drafter.encode_memory(art["visual"][i]) for i in range(b)] if ccfg.enabled else [None] * b
+    if drafter.cfg.memory_source == "hidden":   # the target's last-layer states at the image positions
+        if image_token_id is None:
+            raise ValueError("a drafter whose memory is the target's image states needs the target's image_token_id")
+        visual = [feats[i][ids[i] == image_token_id] for i in range(b)]
+    else:
+        visual = art["visual"]
+    memory = [drafter.encode_memory(visual[i]) for i in range(b)] if ccfg.enabled else [None] * b
     dev = feats.device
     pos = torch.arange(t - 1, device=dev)[None].expand(b, -1)
     causal = torch.tril(torch.ones(t - 1, t - 1, dtype=torch.bool, device=dev))

@@ -30,6 +30,7 @@ class DrafterTrainConfig:
     total_steps: int = 3000
     num_layers: int = 1
     context: str = "full"            # "text": cache-friendly drafters whose cache skips the image
+    memory_source: str = "projected"  # "hidden": the memory is the target's last-layer image states (DrafterConfig)
     seed: int = 1
     seed_offset: int = 5_000_000     # training seeds for the drafter data (all < the eval range)
 
@@ -79,7 +80,8 @@ def warm_start(drafter: Drafter, source: Drafter) -> None:
     have, want = source.cfg.num_layers, drafter.cfg.num_layers
     if want < have:
         raise SystemExit(f"--init-from drafter has {have} blocks, more than --num-layers {want}")
-    if dataclasses.replace(source.cfg, num_layers=want) != drafter.cfg:
+    # the memory source changes what the memory encoder reads, not any weight's shape
+    if dataclasses.replace(source.cfg, num_layers=want, memory_source=drafter.cfg.memory_source) != drafter.cfg:
         raise SystemExit("--init-from drafter has another shape or context than the one being trained "
                          f"({source.cfg} vs {drafter.cfg})")
     missing, unexpected = drafter.load_state_dict(source.state_dict(), strict=False)
@@ -131,7 +133,11 @@ def main(argv=None) -> None:
     for q in target.model.parameters():
         q.requires_grad_(False)
     torch.manual_seed(cfg.seed)
-    dcfg = drafter_config_for(target, cfg.num_layers, cfg.context)
+    try:
+        dcfg = dataclasses.replace(drafter_config_for(target, cfg.num_layers, cfg.context),
+                                   memory_source=cfg.memory_source)
+    except ValueError as err:
+        p.error(str(err))
     ccfgs = {"fovea": CorrectionConfig(), "no_correction": CorrectionConfig(enabled=False)}
     variants = {}
     for out, *pairs in args.variant:
