@@ -18,7 +18,7 @@ from typing import Protocol
 import torch
 
 from fovea.config import FoveaConfig
-from fovea.draft import DraftTree, context_pairs, draft_tree, extend
+from fovea.draft import DraftTree, context_pairs, draft_tree, extend, image_states
 from fovea.drafter import Drafter
 from fovea.profile import NO_CLOCK, Clock
 from fovea.tree import ancestors_of
@@ -53,7 +53,7 @@ class TreeDrafter:
         d = self.drafter
         seq = torch.cat([prompt.input_ids[0].cpu(), torch.tensor([first])])
         if d.cfg.memory_source == "hidden":   # the target's last-layer states at the image positions
-            visual = prefill.hidden[seq[:-1] == target.image_token_id]
+            visual = image_states(prefill.hidden, seq[:-1], target.image_token_id)
         else:
             visual = target.visual_tokens(prompt)
         memory = d.encode_memory(visual, getattr(target, "memory_grid", None))

@@ -77,6 +77,13 @@ def context_pairs(input_ids: torch.Tensor, image_token_id: int | None) -> torch.
     return text[..., :-1] & text[..., 1:]
 
 
+def image_states(hidden: torch.Tensor, input_ids: torch.Tensor, image_token_id: int) -> torch.Tensor:
+    """hidden [T, D] (the target's last-layer states of one sequence), input_ids [T] -> [N, D]: the
+    states at the image placeholders, in image order: the memory of a drafter with
+    memory_source="hidden". Decoding's prefill and training both use it."""
+    return hidden[input_ids == image_token_id]
+
+
 @torch.inference_mode()
 def extend(drafter: Drafter, state: DraftState | None, tokens: torch.Tensor, features: torch.Tensor,
            keep: torch.Tensor | None = None, capacity: int = 0) -> DraftState:

@@ -288,8 +288,8 @@ def test_count_questions_draw_their_answer_evenly_among_the_counts_a_layout_offe
     choices = scenes.options(layout, "count")
     rng, drawn = random.Random(0), Counter()
     for _ in range(600):
-        drawn[scenes._count_of(layout, scenes.pick(layout, "count", choices, rng))] += 1
-    offered = {scenes._count_of(layout, c) for c in choices}
+        drawn[len(scenes._matching(layout, scenes.pick(layout, "count", choices, rng)))] += 1
+    offered = {len(scenes._matching(layout, c)) for c in choices}
     assert set(drawn) == offered and min(drawn.values()) > 600 / len(offered) / 2, drawn
 
 

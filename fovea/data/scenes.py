@@ -106,9 +106,10 @@ def options(layout: Layout, task: str) -> list:
     raise ValueError(f"unknown scene task {task!r}")
 
 
-def _count_of(layout: Layout, choice) -> int:
+def _matching(layout: Layout, choice) -> list[int]:
+    """The shapes a count question (by, value) counts: all of them, or those of that kind or colour."""
     by, value = choice
-    return sum(by == "all" or value in (s.kind, s.colour) for s in layout.shapes)
+    return [i for i, s in enumerate(layout.shapes) if by == "all" or value in (s.kind, s.colour)]
 
 
 def pick(layout: Layout, task: str, choices: list, rng: random.Random):
@@ -119,9 +120,9 @@ def pick(layout: Layout, task: str, choices: list, rng: random.Random):
     whose answer is 2 or more. Every other task draws uniformly."""
     if task != "count":
         return rng.choice(choices)
-    counts = sorted({_count_of(layout, c) for c in choices})
-    n = rng.choice(counts)
-    return rng.choice([c for c in choices if _count_of(layout, c) == n])
+    count = {c: len(_matching(layout, c)) for c in choices}
+    n = rng.choice(sorted(set(count.values())))
+    return rng.choice([c for c in choices if count[c] == n])
 
 
 def _pos(layout: Layout, i: int, short: bool = False) -> list:
@@ -164,7 +165,7 @@ def ask(layout: Layout, task: str, choice, rng: random.Random) -> QA:
                                 range(n))
     if task == "count":
         by, value = choice
-        chosen = [i for i, s in enumerate(shapes) if by == "all" or value in (s.kind, s.colour)]
+        chosen = _matching(layout, choice)
         noun = {"all": "shape", "kind": value, "colour": f"{value} shape"}[by]
         n = len(chosen)
         return _with_list_stops(text.ask(rng, text.SCENE, task, str(n), what=text.plural(noun),

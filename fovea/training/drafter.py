@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from fovea.config import CorrectionConfig, RetrievalConfig
-from fovea.draft import context_pairs
+from fovea.draft import context_pairs, image_states
 from fovea.drafter import Drafter
 
 LOSS_WEIGHTS = {"hid": 1.0, "kl": 0.2, "tok": 1.0}
@@ -121,7 +121,7 @@ def drafter_loss(drafter: Drafter, art: dict, ids: torch.Tensor, loss_mask: torc
     if drafter.cfg.memory_source == "hidden":   # the target's last-layer states at the image positions
         if image_token_id is None:
             raise ValueError("a drafter whose memory is the target's image states needs the target's image_token_id")
-        visual = [feats[i][ids[i] == image_token_id] for i in range(b)]
+        visual = [image_states(feats[i], ids[i], image_token_id) for i in range(b)]
     else:
         visual = art["visual"]
     memory = [drafter.encode_memory(visual[i]) for i in range(b)] if ccfg.enabled else [None] * b

@@ -171,12 +171,14 @@ def main(argv=None) -> None:
             own = drafters[name].state_dict()
             drafters[name].load_state_dict({k: v for k, v in fovea.state_dict().items() if own[k].shape == v.shape},
                                            strict=False)
-        previous = [json.loads((f / "train_config.json").read_text()).get("steps", 0)
-                    if (f / "train_config.json").exists() else 0 for f in args.init_from]
+        metas = [json.loads((f / "train_config.json").read_text()) if (f / "train_config.json").exists() else {}
+                 for f in args.init_from]
+        previous = [m.get("steps", 0) for m in metas]
         if previous[0] != previous[1]:
             raise SystemExit(f"--init-from drafters were trained for different steps {previous}: not a fair pair")
         (args.run_dir / "init_from.json").write_text(json.dumps(
-            {"folders": [str(f) for f in args.init_from], "steps_before": previous[0]}))
+            {"folders": [str(f) for f in args.init_from], "steps_before": previous[0],
+             "adapter_steps_before": metas[0].get("adapter_steps", 0)}))
     save_config_json(args.run_dir, "train_config.json", cfg)
     timer = Timer()
     bar = tqdm(initial=step, total=cfg.total_steps, desc="drafters", dynamic_ncols=True)
@@ -198,10 +200,9 @@ def main(argv=None) -> None:
             g["lr"] = lr_at(step, cfg.total_steps, cfg.lr, cfg.warmup)
         train_steps(target, trained, data, ccfgs, opt, 1, on_step)
     ckpt.save(step, {**drafters, "opt": opt})
-    before = json.loads((args.run_dir / "init_from.json").read_text())["steps_before"] \
-        if (args.run_dir / "init_from.json").exists() else 0
-    adapter_before = json.loads((args.init_from[0] / "train_config.json").read_text()).get("adapter_steps", 0) \
-        if args.adapter and (args.init_from[0] / "train_config.json").exists() else 0
+    init = json.loads((args.run_dir / "init_from.json").read_text()) if (args.run_dir / "init_from.json").exists() \
+        else {}
+    before, adapter_before = init.get("steps_before", 0), init.get("adapter_steps_before", 0)
     exports = [("fovea", args.out), *([] if args.adapter else [("no_correction", args.baseline_out)]),
                *variants.items()]
     for name, folder in exports:
