@@ -234,3 +234,51 @@ def test_a_memory_of_the_targets_image_states_is_built_the_same_in_training_and_
                 steps=5)
     pipe.drafters["fovea"] = hidden.eval()
     assert_lossless(pipe, prompts(pipe, 6, offset=600))
+
+
+def test_unrolled_training_steps_give_the_states_the_draft_tree_reads(tiny_pipeline, monkeypatch):
+    """--unroll 3 (a deviation): the depth-2 state trained for origin i is the state a chain of two
+    tree nodes gets at decode time after the committed pairs 0..i; depths 0 and 1 train as with 2."""
+    from fovea.config import CorrectionConfig
+    from fovea.data import make_sample
+    from fovea.training import drafter as training
+    from fovea.training.packing import as_conversation, pack_batch
+
+    target = tiny_pipeline.target
+    torch.manual_seed(0)
+    drafter = Drafter(drafter_config_for(target)).bind(target).eval()
+    batch = pack_batch([as_conversation(make_sample(3))], target.tokenizer, (target.num_image_tokens, "image_first"),
+                       1.0, image_size=target.image_size)
+    ids, att, lab = batch["input_ids"], batch["attention_mask"], batch["labels"]
+    art = training.target_artifacts(target, ids, att, batch["pixel_values"])
+    seen, real = {}, training._head_losses
+
+    def spy(drafter_, h, depth, *rest, **kw):
+        seen[depth] = h.detach()
+        return real(drafter_, h, depth, *rest, **kw)
+
+    monkeypatch.setattr(training, "_head_losses", spy)
+    ccfg, lmask = CorrectionConfig(max_depth=8), training.answer_loss_mask(lab)
+    _, two = training.drafter_loss(drafter, art, ids, lmask, att, ccfg, unroll=2)
+    _, three = training.drafter_loss(drafter, art, ids, lmask, att, ccfg, unroll=3)
+    assert set(seen) == {0, 1, 2} and {k: three[k] for k in two} == pytest.approx(two)
+    assert "acc3" in three and "acc4" not in three
+    feats, i = art["feats"][0], 7
+    with torch.no_grad():
+        causal = torch.ones(i + 1, i + 1, dtype=torch.bool).tril()
+        h_c, kv_c = drafter.step(ids[:, 1:i + 2], feats[None, :i + 1], torch.arange(i + 1)[None], causal[None, None])
+        h_1, kv_1 = drafter.step(ids[:, i + 2:i + 3], h_c[:, -1:], torch.tensor([[i + 1]]),
+                                 torch.ones(1, 1, 1, i + 2, dtype=torch.bool), kv_c)
+        past = [(torch.cat([a[0], b[0]], 2), torch.cat([a[1], b[1]], 2)) for a, b in zip(kv_c, kv_1)]
+        h_2, _ = drafter.step(ids[:, i + 3:i + 4], h_1, torch.tensor([[i + 2]]),
+                              torch.ones(1, 1, 1, i + 3, dtype=torch.bool), past)
+    assert torch.allclose(seen[1][0, i], h_1[0, 0], atol=1e-5)
+    assert torch.allclose(seen[2][0, i], h_2[0, 0], atol=1e-5)
+
+
+def test_drafter_command_rejects_an_unroll_out_of_range(capsys):
+    from fovea.training.drafter_cli import main
+
+    with pytest.raises(SystemExit):
+        main(["--unroll", "0"])
+    assert "--unroll must be in 1..8" in capsys.readouterr().err

@@ -164,3 +164,4 @@ def test_the_decode_path_selects_and_reads_out_what_the_general_path_does(mode, 
     assert torch.allclose(fast.readout, slow.readout.detach(), atol=1e-4)
     assert torch.equal(again.readout, fast.readout)
     assert (fast.indices[fast.indices >= 0] < 37).all()              # never an invalid entry
+

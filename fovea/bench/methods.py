@@ -80,6 +80,11 @@ TRIGGER_VARIANTS = tuple((f"trigger{t:g}", {"correction": {"max_depth": ALL_DEPT
 RETRIEVAL_VARIANTS = (*((f"rho{r:g}", {"retrieval": {"rho": r}}) for r in (0.5, 0.65, 0.95)),
                       ("rho0.5kmin1", {"retrieval": {"rho": 0.5, "k_min": 1}}),
                       ("kmax64", {"retrieval": {"k_max": 64}}))
+# the depth limit of the correction (CorrectionConfig.max_depth; the paper: 1), and every depth with the trigger
+DEPTHS = (0, 1, 2, 3, 5)
+DEPTH_VARIANTS = (*((f"depth{d}", {"correction": {"max_depth": d}}) for d in DEPTHS),
+                  ("all", {"correction": {"max_depth": ALL_DEPTHS}}),
+                  ("all_trigger0.5", {"correction": {"max_depth": ALL_DEPTHS, "trigger": 0.5}}))
 # dynamic depth (TreeConfig.stop_below), applied to the twins too: the tree default serves every drafter
 STOPS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)     # 0: fixed depth
 STOP_VARIANTS = tuple((f"stop{t:g}", {"tree": {"stop_below": t}}) for t in STOPS)

@@ -3,7 +3,8 @@
 Per position i of a teacher-forced sequence the drafter reads (token i+1, target feature f_i) and
 must predict f_{i+1} and the target's distribution at i+1 (step 1, tree depth 0). A second,
 unrolled step reads (token i+2, its own state h_i) at depth 1 (EAGLE-3's training-time test),
-so the depth-1 draft states the tree uses at run time are trained too. Loss (paper recipe):
+so the depth-1 draft states the tree uses at run time are trained too; `unroll` > 2 (a deviation)
+goes on the same way to depth unroll-1, for drafters corrected deeper than the paper's depth 1. Loss (paper recipe):
     L = 1.0 L_hid + 0.2 L_KL + 1.0 L_tok
     L_hid = SmoothL1(h + g c, f_next) + SmoothL1(h, f_next)    (corrected + pre-correction state)
     L_KL  = KL(p_target || p_draft)
@@ -109,8 +110,8 @@ def retrieval_ground_loss(drafter: Drafter, h: torch.Tensor, depth: int, memory:
 
 def drafter_loss(drafter: Drafter, art: dict, ids: torch.Tensor, loss_mask: torch.Tensor,
                  att: torch.Tensor, ccfg: CorrectionConfig, rcfg: RetrievalConfig = RetrievalConfig(),
-                 image_token_id: int | None = None, ground: torch.Tensor | None = None):
-    """Two-step (depth 0 and 1) drafter loss on one batch. loss_mask [B, T]: target positions j
+                 image_token_id: int | None = None, ground: torch.Tensor | None = None, unroll: int = 2):
+    """`unroll`-step (depths 0..unroll-1; the paper: 2) drafter loss on one batch. loss_mask [B, T]: target positions j
     whose logits the drafter must match (the token at j+1 is an answer token). A text-context
     drafter (`drafter.cfg.context == "text"`) attends only to pairs without an image placeholder
     (`image_token_id`), as it caches at run time; positions stay the target's. `ground` [B, T, N]
@@ -143,32 +144,44 @@ def drafter_loss(drafter: Drafter, art: dict, ids: torch.Tensor, loss_mask: torc
     # with propagate, children read the corrected depth-0 states: correct every position once, for both uses
     pre1 = corrected_states(drafter, h1, memory, ccfg, rcfg) if ccfg.propagate and ccfg.enabled else None
     loss1, m1 = _head_losses(drafter, h1, 0, memory, v1, feats[:, 1:], logits[:, 1:], ccfg, rcfg, pre1)
-    # step 2 (depth 1): pair (token i+2, h1_i) at position i+1 attends pairs 0..i of step 1 and itself
-    t2 = t - 2
-    mask2 = torch.zeros(b, 1, t2, t - 1 + t2, dtype=torch.bool, device=dev)
-    mask2[:, 0, :, : t - 1] = mask1[:, 0, :t2, :]
-    mask2[:, 0, :, t - 1:] = torch.eye(t2, dtype=torch.bool, device=dev)
-    feed = h1 if pre1 is None else pre1
-    h2, _ = drafter.step(ids[:, 2:], feed[:, :t2], pos[:, :t2] + 1, mask2, kv1)
-    v2 = loss_mask[:, 2:] & att[:, 2:].bool()
-    loss2, m2 = _head_losses(drafter, h2, 1, memory, v2, feats[:, 2:], logits[:, 2:], ccfg, rcfg)
-    loss = loss1 + loss2
+    # step k (depth k-1), k = 2..unroll: pair (token i+k, its parent's state h_{k-1,i}) at position i+k-1
+    # attends pairs 0..i of step 1 (the committed context), its ancestors (row i of steps 2..k-1) and itself
+    steps = [(h1, v1, m1)]
+    past, lens, feed, loss = kv1, [t - 1], (h1 if pre1 is None else pre1), loss1
+    for k in range(2, unroll + 1):
+        tk = t - k
+        mask = torch.zeros(b, 1, tk, sum(lens) + tk, dtype=torch.bool, device=dev)
+        mask[:, 0, :, : t - 1] = mask1[:, 0, :tk, :]
+        off = t - 1
+        for n in (*lens[1:], tk):                                     # ancestors' rows i, then itself
+            mask[:, 0, :, off:off + n] = torch.eye(tk, n, dtype=torch.bool, device=dev)
+            off += n
+        hk, kvk = drafter.step(ids[:, k:], feed[:, :tk], pos[:, :tk] + (k - 1), mask, past)
+        vk = loss_mask[:, k:] & att[:, k:].bool()
+        lossk, mk = _head_losses(drafter, hk, k - 1, memory, vk, feats[:, k:], logits[:, k:], ccfg, rcfg)
+        loss = loss + lossk
+        steps.append((hk, vk, mk))
+        if k < unroll:
+            past = [(torch.cat([pk, nk], 2), torch.cat([pv, nv], 2)) for (pk, pv), (nk, nv) in zip(past, kvk)]
+            lens.append(tk)
+            feed = corrected_states(drafter, hk, memory, ccfg, rcfg, k - 1) if ccfg.propagate and ccfg.enabled \
+                else hk
     if ground is not None and ccfg.enabled and ccfg.ground_weight > 0:
-        # the state of pair i predicts token i+2 (depth 0) / i+3 (depth 1): ground rows 1.. and 2..
-        for depth, h, rows, valid, m in ((0, h1, ground[:, 1:], v1, m1), (1, h2, ground[:, 2:], v2, m2)):
-            g_loss, mass = retrieval_ground_loss(drafter, h, depth, memory, rows[:, :h.shape[1]].to(h.device), valid,
-                                                 rcfg)
+        # the state of pair i at step k (depth k-1) predicts token i+k+1: ground rows k..
+        for depth, (h, valid, m) in enumerate(steps):
+            g_loss, mass = retrieval_ground_loss(drafter, h, depth, memory, ground[:, depth + 1:][:, :h.shape[1]].to(h.device),
+                                                 valid, rcfg)
             m["ground_mass"] = mass
             if g_loss is not None:
                 loss = loss + ccfg.ground_weight * g_loss
-    return loss, {**{k + "1": v for k, v in m1.items()}, **{k + "2": v for k, v in m2.items()}}
+    return loss, {f"{key}{k}": v for k, (_, _, m) in enumerate(steps, 1) for key, v in m.items()}
 
 
 def corrected_states(drafter: Drafter, h: torch.Tensor, memory: list, ccfg: CorrectionConfig,
-                     rcfg: RetrievalConfig) -> torch.Tensor:
-    """h [B, T, D] depth-0 draft states -> h + g * c per row (its image's memory): what a child reads
+                     rcfg: RetrievalConfig, depth: int = 0) -> torch.Tensor:
+    """h [B, T, D] draft states at `depth` -> h + g * c per row (its image's memory): what a child reads
     with correction.propagate."""
-    return torch.stack([drafter.correct(h[b], 0, memory[b], ccfg, rcfg)[0] for b in range(h.shape[0])])
+    return torch.stack([drafter.correct(h[b], depth, memory[b], ccfg, rcfg)[0] for b in range(h.shape[0])])
 
 
 def answer_loss_mask(labels: torch.Tensor) -> torch.Tensor:
@@ -178,7 +191,8 @@ def answer_loss_mask(labels: torch.Tensor) -> torch.Tensor:
     return m
 
 
-def train_steps(target, drafters: dict, batches, ccfgs: dict, opt, steps: int, on_step=None) -> list[dict]:
+def train_steps(target, drafters: dict, batches, ccfgs: dict, opt, steps: int, on_step=None,
+                unroll: int = 2) -> list[dict]:
     """Run `steps` optimisation steps of every drafter in `drafters` on shared target artifacts.
     batches yields (ids, att, labels, pixels) or (ids, att, labels, pixels, ground patches [B, T, N]);
     returns the per-step metrics."""
@@ -191,7 +205,8 @@ def train_steps(target, drafters: dict, batches, ccfgs: dict, opt, steps: int, o
         total, metrics = 0.0, {}
         for name, drafter in drafters.items():
             loss, m = drafter_loss(drafter, art, ids, lmask, att, ccfgs[name],
-                                   image_token_id=getattr(target, "image_token_id", None), ground=ground)
+                                   image_token_id=getattr(target, "image_token_id", None), ground=ground,
+                                   unroll=unroll)
             total = total + loss
             metrics.update({f"{name}/{k}": v for k, v in m.items()} | {f"{name}/loss": loss.item()})
         opt.zero_grad(set_to_none=True)

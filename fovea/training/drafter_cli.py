@@ -33,6 +33,9 @@ class DrafterTrainConfig:
     memory_source: str = "projected"  # "hidden": the memory is the target's last-layer image states (DrafterConfig)
     seed: int = 1
     seed_offset: int = 5_000_000     # training seeds for the drafter data (all < the eval range)
+    # unrolled drafting steps per position (training-time test; the paper: 2, i.e. depths 0 and 1). More (a
+    # deviation) trains the draft states deeper levels read, for a correction deeper than depth 1 (max_depth)
+    unroll: int = 2
 
 
 def batches(target, cfg: DrafterTrainConfig, start_step: int):
@@ -127,6 +130,8 @@ def main(argv=None) -> None:
     add_config_args(p, DrafterTrainConfig)
     args = p.parse_args(argv)
     cfg = config_from_args(args, DrafterTrainConfig)
+    if not 1 <= cfg.unroll <= 8:
+        p.error(f"--unroll must be in 1..8, got {cfg.unroll}")
     if args.adapter and not args.init_from:
         p.error("--adapter needs --init-from FOVEA_DIR BASELINE_DIR: the frozen base is BASELINE_DIR's drafter")
     target = load_target(args.target)
@@ -198,7 +203,7 @@ def main(argv=None) -> None:
     while step < cfg.total_steps and timer.minutes() < args.minutes:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg.total_steps, cfg.lr, cfg.warmup)
-        train_steps(target, trained, data, ccfgs, opt, 1, on_step)
+        train_steps(target, trained, data, ccfgs, opt, 1, on_step, unroll=cfg.unroll)
     ckpt.save(step, {**drafters, "opt": opt})
     init = json.loads((args.run_dir / "init_from.json").read_text()) if (args.run_dir / "init_from.json").exists() \
         else {}
