@@ -165,3 +165,40 @@ def test_the_decode_path_selects_and_reads_out_what_the_general_path_does(mode, 
     assert torch.equal(again.readout, fast.readout)
     assert (fast.indices[fast.indices >= 0] < 37).all()              # never an invalid entry
 
+
+
+@pytest.mark.parametrize("mode,rho,n_valid", [("cumulative", 0.6, 37), ("cumulative", 1.0, 37),
+                                              ("cumulative", 0.8, 7), ("fixed", 0.8, 37), ("state_only", 0.5, 37)])
+@pytest.mark.parametrize("depth", [0, 1, 5])
+@pytest.mark.parametrize("width", [512, 64])
+def test_fused_decode_correction_matches_retrieval_then_correction(mode, rho, n_valid, depth, width):
+    """fovea.fused (the decode loop's path) against Retriever + GatedCorrection run separately."""
+    from fovea import fused
+
+    d = Drafter(DrafterConfig(hidden_size=32, num_heads=4, num_kv_heads=2, intermediate_size=64, vocab_size=50,
+                              memory_dim=24), CorrectionConfig(hidden=width), key_dim=16)
+    torch.nn.init.normal_(d.retriever.depth_embedding.weight)
+    for p in d.corrector.parameters():                                   # a trained-looking corrector
+        torch.nn.init.normal_(p, std=0.2)
+    valid = torch.zeros(40, dtype=torch.bool)
+    valid[:n_valid] = True
+    cfg = RetrievalConfig(mode=mode, rho=rho, k_min=2, k_max=12, fixed_k=5)
+    h = torch.randn(3, 32)
+    with torch.no_grad():
+        mem = d.memory_encoder(torch.randn(40, 24) * 3, valid)
+        assert fused.usable(d.retriever, mem, cfg, use_gate=True)
+        pre, got, gate = fused.fused_correct(d.retriever, d.corrector, h, depth, mem, cfg)
+        via_drafter = d.correct(h, depth, mem, CorrectionConfig(max_depth=8, hidden=width), cfg)[0]
+    with torch.enable_grad():                                            # the general (training) path
+        ref = d.retriever(h, depth, mem, cfg)
+        ref_pre, ref_gate = d.corrector(h, ref.readout, True)
+    width_k = got.indices.shape[1]                  # min(K_max, |V|): the general path pads to K_max
+    assert torch.equal(got.k, ref.k) and torch.equal(got.indices, ref.indices[:, :width_k])
+    assert (ref.indices[:, width_k:] == -1).all() and (got.k <= n_valid).all() and (got.indices < n_valid).all()
+    assert torch.allclose(got.weights, ref.weights[:, :width_k], atol=1e-6)
+    assert torch.allclose(got.readout, ref.readout.detach(), atol=1e-5)
+    assert torch.allclose(gate, ref_gate.detach(), atol=1e-5)
+    assert torch.allclose(pre, ref_pre.detach(), atol=1e-5)
+    assert torch.equal(via_drafter, pre)                                 # Drafter.correct takes the fused path
+    assert not fused.usable(d.retriever, mem, RetrievalConfig(mode="dense"), use_gate=True)
+    assert not fused.usable(d.retriever, mem, cfg, use_gate=False)

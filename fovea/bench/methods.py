@@ -27,7 +27,10 @@ class Method:
 
 
 ALL_DEPTHS = 64          # max_depth past any tree's depth: every draft state may be corrected
-TRIGGER = 0.9          # the best pooled FOVEA speed of --trigger-sweep (assets/results/trigger_sweep)
+# per drafter context, the threshold of the best pooled FOVEA speed in --trigger-sweep on tuning questions
+# (assets/results/trigger_sweep, 2026-12-05: full 0.5, text 0.7)
+TRIGGER = 0.5
+TRIGGER_TEXT = 0.7
 METHODS = {m.name: m for m in [
     Method("autoregressive", kind="autoregressive"),
     Method("fovea"),
@@ -46,11 +49,11 @@ METHODS = {m.name: m for m in [
     Method("correction_depth0", overrides={"correction": {"max_depth": 0}}),
     Method("correction_depth3", overrides={"correction": {"max_depth": 3}}),
     # deviations: the correction at every depth (the paper stops at depth 1), and at every depth but only
-    # where the uncorrected head is unsure (correction.trigger: TRIGGER from tuning questions)
+    # where the uncorrected head is unsure (correction.trigger: TRIGGER / TRIGGER_TEXT from tuning questions)
     Method("correction_all_depths", overrides={"correction": {"max_depth": ALL_DEPTHS}}),
     Method("fovea_triggered", overrides={"correction": {"max_depth": ALL_DEPTHS, "trigger": TRIGGER}}),
     Method("fovea_text_triggered", drafter="fovea_text",
-           overrides={"correction": {"max_depth": ALL_DEPTHS, "trigger": TRIGGER}}),
+           overrides={"correction": {"max_depth": ALL_DEPTHS, "trigger": TRIGGER_TEXT}}),
     Method("random", overrides={"retrieval": {"mode": "random"}}),
     Method("static", overrides={"retrieval": {"mode": "static"}}),
     Method("query_agnostic", overrides={"retrieval": {"mode": "query_agnostic"}}),
