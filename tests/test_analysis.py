@@ -160,3 +160,22 @@ def test_budget_probe_rolls_back_and_full_budget_equals_the_real_round(tiny_pipe
     assert all(len(s["accept_lengths"]) == len(FRACTIONS) for s in states)
     ar = run(pipe.target, None, pipe.target.prepare(sample.image, sample.question), cfg)
     assert tokens == ar.tokens
+
+
+def test_drawn_text_is_on_object_where_its_glyphs_own_the_patch():
+    """An OCR word's ink covers little of a patch; its entries are also the patches its glyphs own
+    (the drafter's grounding labels), so a state reading the word counts as grounded."""
+    from fovea.analysis.grounding import object_entries
+    from fovea.data import make_sample
+    from fovea.data.sample import GRID
+    from fovea.training.packing import glyph_patches
+
+    sample = next(s for s in (make_sample(seed) for seed in range(40)) if s.family == "ocr")
+    word = next(o for o in sample.objects if o.glyphs)
+    by_ink = on_object_entries(word.mask, (GRID, GRID))
+    entries = object_entries(word, (GRID, GRID))
+    boxes = next(iter(word.glyphs.values()))
+    assert (entries >= by_ink).all() and entries[glyph_patches(boxes, 0, len(boxes))].all()
+    assert entries.sum() > by_ink.sum()
+    shape = next(o for s in (make_sample(seed) for seed in range(40)) if s.family == "scene" for o in s.objects)
+    assert (object_entries(shape, (GRID, GRID)) == on_object_entries(shape.mask, (GRID, GRID))).all()

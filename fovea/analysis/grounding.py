@@ -11,7 +11,8 @@ label word no other object of the sample shares ("circle" when there is one circ
 as whole words, case-sensitively (the generator writes shape words in lower case and codes as
 drawn), longest first, in the decoded output; a token names the object whose occurrence its
 character span overlaps. Entry i of the memory is patch (i // cols, i % cols) of `memory_grid`,
-on-object when the mask covers >= 25 % of it.
+on-object when the object's mask covers >= 25 % of it, or, for drawn text (an OCR word, a bar's
+label and value), when one of its glyphs owns the patch (`object_entries`).
 """
 from __future__ import annotations
 
@@ -39,6 +40,26 @@ def patch_coverage(mask: np.ndarray, grid: tuple[int, int]) -> np.ndarray:
 def on_object_entries(mask: np.ndarray, grid: tuple[int, int], threshold: float = COVERAGE) -> np.ndarray:
     """bool [rows * cols] in memory order (row-major): patch covered >= threshold by the mask."""
     return (patch_coverage(mask, grid) >= threshold).reshape(-1)
+
+
+def object_entries(obj, grid: tuple[int, int], threshold: float = COVERAGE) -> np.ndarray:
+    """bool [rows * cols]: the memory entries on an object. Its mask covers >= threshold of the patch,
+    or, for drawn text on the bundled world's grid, a glyph of it owns the patch (the patches the
+    drafter's grounding labels point a reading state at: `fovea.training.packing.glyph_patches`). Ink
+    strokes fill a small share of a patch, so by pixel coverage alone the patches a reader looks at
+    would mostly not count (2026-12-05: 0.92 of the teacher-forced retrieval mass on the glyphs being
+    spelled, 0.42 on OCR and 0.17 on chart patches by coverage)."""
+    on = on_object_entries(obj.mask, grid, threshold)
+    drawn = getattr(obj, "glyphs", None) or {}
+    if drawn:
+        from fovea.data.sample import GRID
+        from fovea.training.packing import glyph_patches
+
+        if tuple(grid) == (GRID, GRID):
+            for boxes in drawn.values():
+                if boxes:
+                    on = on | glyph_patches(boxes, 0, len(boxes))
+    return on
 
 
 def naming_phrases(labels: list[str]) -> list[list[str]]:
@@ -96,7 +117,7 @@ def grounding_states(decoded: list[Decoded], decode: Callable[[list[int]], str],
         labels = [o.label for o in d.sample.objects]
         # names are found in the model's own output, not the reference answer: the two may differ
         named = token_objects(token_spans(decode, d.tokens), label_occurrences(decode(d.tokens), labels))
-        on = [on_object_entries(o.mask, grid, threshold) for o in d.sample.objects]
+        on = [object_entries(o, grid, threshold) for o in d.sample.objects]
         for rec, pos in zip(d.rounds, first_emitted_positions(d.rounds)):
             # the root state predicted the round's first emitted token, whether accepted or the bonus
             got = root_retrieval(rec)

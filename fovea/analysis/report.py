@@ -57,7 +57,8 @@ def _grounding_md(g: dict) -> list[str]:
     fams = sorted({f for m in g["modes"].values() for f in m["per_family"]})
     lines = ["### Grounding score (share of root retrieval mass on the object the next token names)", "",
              f"An entry is on-object when the object's mask covers >= {_f(g['coverage_threshold'], pct=True)} of "
-             "its patch; chance = the share a uniform readout would put there. FOVEA = cumulative.", "",
+             "its patch, or (drawn text: OCR words, bar labels and values) one of its glyphs owns the patch; chance = "
+             "the share a uniform readout would put there. FOVEA = cumulative.", "",
              _row(["mode", "grounding", "chance", "states", *fams]), _row(["---"] * (4 + len(fams)))]
     for mode, s in g["modes"].items():
         per = [_f(s["per_family"].get(f, {}).get("mean")) for f in fams]
