@@ -172,8 +172,12 @@ class Drafter(nn.Module):
         unsure = torch.softmax(logits, -1).amax(-1) < correction.trigger             # [S]
         rows = unsure.nonzero().squeeze(1)
         clock.lap("draft/head", level)
-        if rows.numel() == 0:                                                        # the one host sync
+        n = rows.numel()                                                             # the one host sync
+        if n == 0:
             return logits, None, None, h
+        if n == h.shape[0]:        # every state unsure: correct them all, no row bookkeeping
+            fixed, got, gate = self._correct_level(h, depth, memory, correction, retrieval, generator, clock, level)
+            return self.logits(fixed), got, gate, fixed
         fixed, got, gate = self._correct_level(h[rows], depth, memory, correction, retrieval, generator, clock, level)
         got.rows = rows
         pre, logits = h.clone(), logits.clone()

@@ -123,6 +123,9 @@ def main(argv=None) -> None:
                         "retriever and corrector, on top of a frozen copy of the --init-from no-correction drafter "
                         "(its input projection, blocks and final norm). The twin is not trained or re-exported, so "
                         "FOVEA drafts exactly as its twin wherever the gate stays shut")
+    p.add_argument("--fovea", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="CorrectionConfig fields of the main FOVEA drafter (default: the paper's), e.g. --fovea hidden=64 "
+                        "max_depth=8 to continue a 64-wide drafter corrected at every depth")
     p.add_argument("--variant", nargs="+", action="append", default=[], metavar=("OUT", "KEY=VALUE"),
                    help="also train a FOVEA drafter with these CorrectionConfig fields on the same batches from the "
                         "same initialisation, exported to OUT (repeatable), e.g. --variant assets/d_prop "
@@ -143,7 +146,11 @@ def main(argv=None) -> None:
                                    memory_source=cfg.memory_source)
     except ValueError as err:
         p.error(str(err))
-    ccfgs = {"fovea": CorrectionConfig(), "no_correction": CorrectionConfig(enabled=False)}
+    try:
+        main_ccfg = correction_variant(args.fovea)
+    except ValueError as err:
+        p.error(f"--fovea: {err}")
+    ccfgs = {"fovea": main_ccfg, "no_correction": CorrectionConfig(enabled=False)}
     variants = {}
     for out, *pairs in args.variant:
         try:
