@@ -77,7 +77,7 @@ def test_tree_sweep_compares_every_shape_on_tuning_questions(tmp_path):
         main(["--tree-sweep", "--tiny-random", "--methods", "fovea"])
 
 
-@pytest.mark.parametrize("kind", ["trigger", "retrieval", "depth", "stop"])
+@pytest.mark.parametrize("kind", ["trigger", "retrieval", "depth", "controls", "stop"])
 def test_pair_sweeps_compare_decode_time_variants_beside_the_twin_on_tuning_questions(tmp_path, kind):
     """--trigger-sweep / --retrieval-sweep / --depth-sweep / --stop-sweep run, per drafter context the pipeline
     has, the twin, FOVEA as the paper runs it and FOVEA@label for each variant (trigger thresholds with the

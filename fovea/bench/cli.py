@@ -68,6 +68,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="compare the correction's depth limit (CorrectionConfig.max_depth: DEPTH_VARIANTS) for each FOVEA "
                         "drafter context beside its twin on tuning questions (default 30); writes "
                         "assets/results/depth_sweep")
+    p.add_argument("--controls-sweep", action="store_true",
+                   help="compare the retrieval controls (random, static, query-agnostic, dense, state-only) with FOVEA in "
+                        "each drafter context, at depth <= 1 and at every depth, on tuning questions (default 30); "
+                        "writes assets/results/controls_sweep")
     p.add_argument("--stop-sweep", action="store_true",
                    help="compare dynamic-depth thresholds (TreeConfig.stop_below: STOPS) for FOVEA and its twin in "
                         "each drafter context on tuning questions (default 30); writes assets/results/stop_sweep")
@@ -109,7 +113,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     unknown = [m for m in args.methods or [] if m not in METHODS and m not in extra]
     if unknown:
         p.error(f"unknown method(s) {unknown}: choose from {sorted(METHODS)} or a NAME given to --drafters")
-    modes = [f for f in ("tree_sweep", "trigger_sweep", "retrieval_sweep", "depth_sweep", "stop_sweep", "profile") if getattr(args, f)]
+    modes = [f for f in ("tree_sweep", "trigger_sweep", "retrieval_sweep", "depth_sweep", "controls_sweep", "stop_sweep",
+                                "profile") if getattr(args, f)]
     if len(modes) > 1:
         p.error("run one of " + ", ".join("--" + f.replace("_", "-") for f in modes) + " at a time")
     if (args.compile_check or args.lever_check) and not args.profile:
@@ -138,9 +143,11 @@ def drafter_methods(pipe, names) -> dict[str, Method]:
 def main(argv=None) -> None:
     args = parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
-    sweep = args.tree_sweep or args.trigger_sweep or args.retrieval_sweep or args.depth_sweep or args.stop_sweep
+    sweep = args.tree_sweep or args.trigger_sweep or args.retrieval_sweep or args.depth_sweep or args.controls_sweep \
+        or args.stop_sweep
     if (sweep or args.profile) and args.methods:
-        raise SystemExit("--tree-sweep, --trigger-sweep, --retrieval-sweep, --depth-sweep, --stop-sweep and --profile run their own "
+        raise SystemExit("--tree-sweep, --trigger-sweep, --retrieval-sweep, --depth-sweep, --controls-sweep, --stop-sweep and "
+                         "--profile run their own "
                          "methods; drop --methods")
     preset = PRESETS["quick" if args.quick else args.preset]
     torch.set_num_threads(args.threads or (1 if args.tiny_random else 2))
@@ -161,7 +168,7 @@ def main(argv=None) -> None:
     if args.tree_sweep:
         print(tree_sweep(args, pipe, base))
         return
-    for kind in ("trigger", "retrieval", "depth", "stop"):
+    for kind in ("trigger", "retrieval", "depth", "controls", "stop"):
         if getattr(args, f"{kind}_sweep"):
             print(pair_sweep(args, pipe, base, kind))
             return

@@ -88,6 +88,12 @@ DEPTHS = (0, 1, 2, 3, 5)
 DEPTH_VARIANTS = (*((f"depth{d}", {"correction": {"max_depth": d}}) for d in DEPTHS),
                   ("all", {"correction": {"max_depth": ALL_DEPTHS}}),
                   ("all_trigger0.5", {"correction": {"max_depth": ALL_DEPTHS, "trigger": 0.5}}))
+# the retrieval controls in every drafter context, at the paper's depth limit and with every depth corrected
+# (where the text-context drafter gains most from the image)
+CONTROLS = ("random", "static", "query_agnostic", "dense", "state_only")
+CONTROL_VARIANTS = (*((m, {"retrieval": {"mode": m}}) for m in CONTROLS),
+                    ("all", {"correction": {"max_depth": ALL_DEPTHS}}),
+                    *((f"{m}_all", {"retrieval": {"mode": m}, "correction": {"max_depth": ALL_DEPTHS}}) for m in CONTROLS))
 # dynamic depth (TreeConfig.stop_below), applied to the twins too: the tree default serves every drafter
 STOPS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)     # 0: fixed depth
 STOP_VARIANTS = tuple((f"stop{t:g}", {"tree": {"stop_below": t}}) for t in STOPS)

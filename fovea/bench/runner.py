@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from fovea.bench.methods import (DEPTH_VARIANTS, METHODS, RETRIEVAL_VARIANTS, STOP_VARIANTS, SWEEP_DRAFTERS, SWEEP_PAIRS,
+from fovea.bench.methods import (CONTROL_VARIANTS, DEPTH_VARIANTS, METHODS, RETRIEVAL_VARIANTS, STOP_VARIANTS, SWEEP_DRAFTERS, SWEEP_PAIRS,
                                  TREE_SHAPES, TRIGGER_VARIANTS, Method, pair_sweep_methods, run_method,
                                  tree_sweep_methods)
 from fovea.bench.report import pair_sweep_markdown, tree_sweep_markdown
@@ -112,6 +112,10 @@ PAIR_SWEEPS = {   # name: (variants, default folder, what @label means, the twin
               "FOVEA@depthD: the correction at tree depths <= D (the paper: 1; the root's state is depth 0); all: every "
               "depth; all_trigger0.5: every depth, only where the uncorrected head's top-1 probability is below 0.5.",
               False),
+    "controls": (CONTROL_VARIANTS, "assets/results/controls_sweep",
+                 "FOVEA@mode: the retrieval control `mode` in place of the cumulative-mass rule, correction at depth <= 1 "
+                 "(the paper); all: FOVEA corrected at every depth; mode_all: the control with every depth corrected.",
+                 False),
     "stop": (STOP_VARIANTS, "assets/results/stop_sweep",
              "@stopT: dynamic depth, drafting stops below a level whose best path has a draft probability under T "
              "(0: fixed depth; TreeConfig.stop_below; the default tree otherwise), for FOVEA and its twin "
