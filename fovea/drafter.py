@@ -217,8 +217,9 @@ class Drafter(nn.Module):
 
     def _correct_level(self, h, depth: int, memory, correction, retrieval, generator, clock, level):
         """Retrieval then correction of states h [S, D] at one tree depth -> (h + g c, retrieval, g). In
-        inference the two run fused (`fovea.fused`: the same numbers in fewer ops; one lap for both)."""
-        if fused.usable(self.retriever, memory, retrieval, correction.use_gate):
+        inference, with a corrector no wider than the drafter, the two run fused (`fovea.fused`: the same
+        numbers in fewer ops; one lap for both)."""
+        if fused.usable(self.retriever, self.corrector, memory, retrieval, correction.use_gate):
             pre, got, gate = fused.fused_correct(self.retriever, self.corrector, h, depth, memory, retrieval)
             clock.lap("draft/correction", level)
             return pre, got, gate

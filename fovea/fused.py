@@ -55,10 +55,15 @@ class FusedRetrieved:
         return torch.bmm(self.weights.unsqueeze(1), self._values[self.order]).squeeze(1)
 
 
-def usable(retriever: Retriever, memory: VisualMemory | None, cfg: RetrievalConfig, use_gate: bool) -> bool:
-    """Whether `fused_correct` serves this call: inference, one memory, a fused mode, the gate on."""
+def usable(retriever: Retriever, corrector: GatedCorrection, memory: VisualMemory | None, cfg: RetrievalConfig,
+           use_gate: bool) -> bool:
+    """Whether `fused_correct` serves this call: inference, one memory, a fused mode, the gate on, and a
+    corrector no wider than the hidden size. Folding the readout costs one [N, D] x [D, 2w] product per
+    request; for a wide corrector (the paper's 512 on a 256-wide drafter) that outweighs what it saves
+    per level (2026-12-05 profile: +0.3 ms on the first corrected level of each request), so those keep
+    the two modules."""
     return (memory is not None and use_gate and cfg.mode in FUSED_MODES and not torch.is_grad_enabled()
-            and memory.keys.dim() == 2)
+            and memory.keys.dim() == 2 and corrector.f[0].out_features <= corrector.f[2].out_features)
 
 
 def _tables(retriever: Retriever, corrector: GatedCorrection, memory: VisualMemory, cfg: RetrievalConfig):

@@ -170,7 +170,7 @@ def test_the_decode_path_selects_and_reads_out_what_the_general_path_does(mode, 
 @pytest.mark.parametrize("mode,rho,n_valid", [("cumulative", 0.6, 37), ("cumulative", 1.0, 37),
                                               ("cumulative", 0.8, 7), ("fixed", 0.8, 37), ("state_only", 0.5, 37)])
 @pytest.mark.parametrize("depth", [0, 1, 5])
-@pytest.mark.parametrize("width", [512, 64])
+@pytest.mark.parametrize("width", [32, 16])
 def test_fused_decode_correction_matches_retrieval_then_correction(mode, rho, n_valid, depth, width):
     """fovea.fused (the decode loop's path) against Retriever + GatedCorrection run separately."""
     from fovea import fused
@@ -186,7 +186,7 @@ def test_fused_decode_correction_matches_retrieval_then_correction(mode, rho, n_
     h = torch.randn(3, 32)
     with torch.no_grad():
         mem = d.memory_encoder(torch.randn(40, 24) * 3, valid)
-        assert fused.usable(d.retriever, mem, cfg, use_gate=True)
+        assert fused.usable(d.retriever, d.corrector, mem, cfg, use_gate=True)
         pre, got, gate = fused.fused_correct(d.retriever, d.corrector, h, depth, mem, cfg)
         via_drafter = d.correct(h, depth, mem, CorrectionConfig(max_depth=8, hidden=width), cfg)[0]
     with torch.enable_grad():                                            # the general (training) path
@@ -200,5 +200,7 @@ def test_fused_decode_correction_matches_retrieval_then_correction(mode, rho, n_
     assert torch.allclose(gate, ref_gate.detach(), atol=1e-5)
     assert torch.allclose(pre, ref_pre.detach(), atol=1e-5)
     assert torch.equal(via_drafter, pre)                                 # Drafter.correct takes the fused path
-    assert not fused.usable(d.retriever, mem, RetrievalConfig(mode="dense"), use_gate=True)
-    assert not fused.usable(d.retriever, mem, cfg, use_gate=False)
+    assert not fused.usable(d.retriever, d.corrector, mem, RetrievalConfig(mode="dense"), use_gate=True)
+    assert not fused.usable(d.retriever, d.corrector, mem, cfg, use_gate=False)
+    wide = Drafter(d.cfg, CorrectionConfig(hidden=64), key_dim=16).eval()     # wider than the 32-wide drafter
+    assert not fused.usable(wide.retriever, wide.corrector, mem, cfg, use_gate=True)
