@@ -17,7 +17,8 @@ the two modules (up to float summation order) in fewer ops:
 - the second layers of f and g as one block matrix: [c | gate logit] in one product.
 
 The selected indices, K and the readout r are computed only when read (the trace reads them,
-benchmarks do not).
+benchmarks do not). Only correctors no wider than the drafter take this path (`usable`): the fold
+costs one [N, D] x [D, 2w] product per request, which a 512-wide corrector does not earn back.
 """
 from __future__ import annotations
 
