@@ -181,3 +181,40 @@ def test_prompt_lookup_and_assistant_strategies_are_lossless(tiny_pipeline):
     for strategy in (PromptLookup(), AssistantLM(assistant, depth=4)):
         for p in prompts(pipe, 3, offset=400):
             assert run(pipe.target, strategy, p, CFG).tokens == run(pipe.target, None, p, CFG).tokens, strategy.name
+
+
+def test_a_narrow_corrector_drafts_through_the_fused_path_losslessly_and_traces(tiny_pipeline, monkeypatch):
+    """A corrector no wider than the drafter takes fovea.fused in the decode loop: the same trees as
+    the two modules, lossless, and a trace whose every corrected node selected K in [K_min, K_max]."""
+    from fovea import fused
+    from fovea.draft import draft_tree, extend
+    from fovea.drafter import Drafter
+
+    pipe = tiny_pipeline
+    base = pipe.drafters["fovea"]
+    torch.manual_seed(3)
+    narrow = Drafter(base.cfg, CorrectionConfig(hidden=base.cfg.hidden_size // 2)).bind(pipe.target).eval()
+    for prm in narrow.corrector.parameters():
+        torch.nn.init.normal_(prm, std=0.3)
+    p = prompts(pipe, 1, offset=700)[0]
+    memory = narrow.encode_memory(pipe.target.visual_tokens(p))
+    with torch.no_grad():                          # the decode loop runs without autograd
+        assert fused.usable(narrow.retriever, narrow.corrector, memory, CFG.retrieval, True)
+    state = extend(narrow, None, torch.randint(0, 50, (6,)), torch.randn(6, narrow.cfg.hidden_size))
+    deep = CFG.replace(correction=dict(max_depth=64))
+    for corr in ({}, {"trigger": 0.6}):
+        cfg = deep.replace(correction=corr)
+        got = draft_tree(narrow, state, 1, memory, cfg, trace=True)
+        with monkeypatch.context() as m:
+            m.setattr(fused, "usable", lambda *a, **k: False)
+            ref = draft_tree(narrow, state, 1, memory, cfg, trace=True)
+        assert got.token_ids.tolist() == ref.token_ids.tolist()
+        assert set(got.retrieval) == set(ref.retrieval) and len(got.retrieval) > 0
+        for node, r in got.retrieval.items():
+            assert cfg.retrieval.k_min <= r.k <= cfg.retrieval.k_max and r.indices == ref.retrieval[node].indices
+    pipe.drafters["fovea"] = narrow
+    try:
+        assert_lossless(pipe, prompts(pipe, 3, offset=710), deep)
+        assert_lossless(pipe, prompts(pipe, 3, offset=720), deep.replace(correction=dict(trigger=0.6)))
+    finally:
+        pipe.drafters["fovea"] = base
