@@ -28,10 +28,7 @@ import torch.nn.functional as F
 from fovea.config import RetrievalConfig
 from fovea.correction import GatedCorrection
 from fovea.memory import VisualMemory
-from fovea.retrieval import Retriever
-
-# the retrieval modes the fused path serves (the others keep the general path)
-FUSED_MODES = ("cumulative", "fixed", "state_only")
+from fovea.retrieval import FAST_MODES, Retriever
 
 
 class FusedRetrieved:
@@ -63,7 +60,7 @@ def usable(retriever: Retriever, corrector: GatedCorrection, memory: VisualMemor
     request; for a wide corrector (the paper's 512 on a 256-wide drafter) that outweighs what it saves
     per level (2026-12-05 profile: +0.3 ms on the first corrected level of each request), so those keep
     the two modules."""
-    return (memory is not None and use_gate and cfg.mode in FUSED_MODES and not torch.is_grad_enabled()
+    return (memory is not None and use_gate and cfg.mode in FAST_MODES and not torch.is_grad_enabled()
             and memory.keys.dim() == 2 and corrector.f[0].out_features <= corrector.f[2].out_features)
 
 
@@ -79,8 +76,7 @@ def _tables(retriever: Retriever, corrector: GatedCorrection, memory: VisualMemo
     if got is None:
         a, bias, n_valid = retriever._score_tables(memory, cfg.mode)
         d, width = f2.out_features, f0.out_features
-        w1 = torch.cat([f0.weight, g0.weight]).detach()                         # [2w, 2D]: acts on [h; r]
-        b1 = torch.cat([f0.bias, g0.bias]).detach()
+        w1, b1 = corrector._fused_first_layer()                                  # [2w, 2D]: acts on [h; r]
         w_h = w1[:, :d].T.contiguous()                                          # [D, 2w]
         rows = (memory.values @ w1[:, d:].T + b1).contiguous()                  # [N, 2w]: W_r u_i + b
         w2 = torch.zeros(2 * width, d + 1, dtype=w1.dtype, device=w1.device)

@@ -143,7 +143,7 @@ class Retriever(nn.Module):
         return got
 
 
-# the modes whose decode-time retrieval takes the folded path (Retriever._fast)
+# the modes whose decode-time retrieval takes the folded path (Retriever._fast, and fovea.fused with the correction)
 FAST_MODES = ("cumulative", "fixed", "state_only")
 
 

@@ -21,9 +21,12 @@ import torch
 
 from fovea.bench.methods import METHODS, Method, load_assistant
 from fovea.bench.report import write_results
-from fovea.bench.runner import cold_start_seconds, held_out, pair_sweep, run_meta, run_speed, tree_sweep
+from fovea.bench.runner import PAIR_SWEEPS, cold_start_seconds, held_out, pair_sweep, run_meta, run_speed, tree_sweep
 from fovea.bench.stats import summarise
 from fovea.config import FoveaConfig
+
+# the sweeps, each its own --NAME-sweep flag: the tree shapes, then the pair sweeps (PAIR_SWEEPS)
+SWEEPS = ("tree", *PAIR_SWEEPS)
 
 
 PRESETS = {
@@ -113,8 +116,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     unknown = [m for m in args.methods or [] if m not in METHODS and m not in extra]
     if unknown:
         p.error(f"unknown method(s) {unknown}: choose from {sorted(METHODS)} or a NAME given to --drafters")
-    modes = [f for f in ("tree_sweep", "trigger_sweep", "retrieval_sweep", "depth_sweep", "controls_sweep", "stop_sweep",
-                                "profile") if getattr(args, f)]
+    modes = [f for f in (*(f"{kind}_sweep" for kind in SWEEPS), "profile") if getattr(args, f)]
     if len(modes) > 1:
         p.error("run one of " + ", ".join("--" + f.replace("_", "-") for f in modes) + " at a time")
     if (args.compile_check or args.lever_check) and not args.profile:
@@ -143,12 +145,10 @@ def drafter_methods(pipe, names) -> dict[str, Method]:
 def main(argv=None) -> None:
     args = parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
-    sweep = args.tree_sweep or args.trigger_sweep or args.retrieval_sweep or args.depth_sweep or args.controls_sweep \
-        or args.stop_sweep
+    sweep = any(getattr(args, f"{kind}_sweep") for kind in SWEEPS)
     if (sweep or args.profile) and args.methods:
-        raise SystemExit("--tree-sweep, --trigger-sweep, --retrieval-sweep, --depth-sweep, --controls-sweep, --stop-sweep and "
-                         "--profile run their own "
-                         "methods; drop --methods")
+        raise SystemExit(", ".join(f"--{kind}-sweep" for kind in SWEEPS) + " and --profile run their own methods; "
+                         "drop --methods")
     preset = PRESETS["quick" if args.quick else args.preset]
     torch.set_num_threads(args.threads or (1 if args.tiny_random else 2))
     from fovea.pipeline import FoveaPipeline
@@ -168,7 +168,7 @@ def main(argv=None) -> None:
     if args.tree_sweep:
         print(tree_sweep(args, pipe, base))
         return
-    for kind in ("trigger", "retrieval", "depth", "controls", "stop"):
+    for kind in PAIR_SWEEPS:
         if getattr(args, f"{kind}_sweep"):
             print(pair_sweep(args, pipe, base, kind))
             return
