@@ -16,7 +16,7 @@ import gradio as gr
 
 from app import plots, render
 from app.callbacks import Callbacks
-from app.settings import COMPARE_VARIANTS, MAX_NEW_TOKENS_CAP, settings_panel
+from app.settings import COMPARE_VARIANTS, DEFAULTS, MAX_NEW_TOKENS_CAP, settings_panel
 from app.views import FOCUS_OUTPUTS, RACE_NOTE, RUN_OUTPUTS
 from app.vision import race_html, vision_html
 from fovea.config import FoveaConfig
@@ -82,7 +82,7 @@ def build_demo(pipeline, concurrency_limit: int = DEFAULT_CONCURRENCY,
     """The app over a ready pipeline; `initial` sets what the Settings controls show at load.
     `warm_up` runs every decode path once first, so the first request is timed like the rest."""
     cap = min(MAX_NEW_TOKENS_CAP, getattr(pipeline, "max_new_tokens_cap", MAX_NEW_TOKENS_CAP))
-    initial = initial or FoveaConfig()
+    initial = initial or DEFAULTS
     cb = Callbacks(pipeline, cap)
     if warm_up:
         log.info("warmed up %s in %.1f s", ", ".join(cb.methods), cb.warm_up(initial))

@@ -320,3 +320,17 @@ def test_every_stream_and_job_runs_on_the_one_decode_thread():
     with pytest.raises(KeyError, match="inside"):
         run_on_decode_thread(fails)
     assert run_on_decode_thread(lambda: 7) == 7                # the thread survives a failed job
+
+
+def test_the_apps_default_token_budget_fits_every_answer_the_bundled_model_was_trained_to_give():
+    """The app's Max new tokens (96, not the library's 64) covers the longest world answers (six-shape
+    count walks and descriptions) plus the end-of-sequence token, so no bundled-model answer is cut."""
+    from app.settings import DEFAULTS
+    from fovea.data import make_sample
+    from fovea.data.generate import TASKS
+    from fovea.models.bundled import DEFAULT_TARGET_DIR, load_tokenizer
+
+    tok = load_tokenizer(DEFAULT_TARGET_DIR)
+    longest = max(len(tok(make_sample(seed, family, task).answer, add_special_tokens=False)["input_ids"])
+                  for family, tasks in TASKS.items() for task in tasks for seed in range(60))
+    assert 64 < longest + 1 <= DEFAULTS.decoding.max_new_tokens, longest

@@ -28,6 +28,7 @@ from fovea.data import (
 from fovea.data.labels import COLOURS, MIN_COVER
 from fovea.data.sample import MAX_WORDS, MIN_STYLE_DISTANCE, MIN_WORDS, PAD_RGB, PATCH, STYLES, box_of, content_rect
 from fovea.data.scenes import POSITIONS, RELATIONS
+from fovea.data.text import TALLY
 
 SEEDS_PER_TASK = 200
 ALL_TASKS = [(family, task) for family in FAMILIES for task in TASKS[family]]
@@ -363,19 +364,41 @@ def test_chart_drills_list_the_bars_in_the_question_and_stop_at_the_asked_one():
 
 
 def test_scene_list_answers_mark_each_go_on_or_stop_decision_as_stress():
-    """Describe and count answers stress the words right after every listed shape: ', a' / ' and a'
-    between shapes, and the stop (', so', '. That', ...) after the last one."""
+    """Describe answers stress the words right after every listed shape: ', a' / ' and a' between
+    shapes, and the stop (', so', '. That', ...) after the last one."""
     from fovea.data import make_conversation
 
     for seed in range(20):
-        for task in ("count", "describe"):
-            qa = make_conversation(seed, 1, "scene", task).turns[0][1]
-            words = [qa.answer[a:b] for a, b in qa.stress]
-            assert len(words) == int(qa.short_answer) >= 1
-            assert all(w in (", a", ", an", " and a", " and an") for w in words[:-1])
-            assert words[-1] in (", so", ". That", ". So", ". There", ". I")
-            for (a, _), m in zip(qa.stress, sorted({m.obj: m for m in qa.mentions}.values(), key=lambda m: m.end)):
-                assert a == max(x.end for x in qa.mentions if x.obj == m.obj)
+        qa = make_conversation(seed, 1, "scene", "describe").turns[0][1]
+        words = [qa.answer[a:b] for a, b in qa.stress]
+        assert len(words) == int(qa.short_answer) >= 1
+        assert all(w in (", a", ", an", " and a", " and an") for w in words[:-1])
+        assert words[-1] in (", so", ". That", ". So", ". There", ". I")
+        for (a, _), m in zip(qa.stress, sorted({m.obj: m for m in qa.mentions}.values(), key=lambda m: m.end)):
+            assert a == max(x.end for x in qa.mentions if x.obj == m.obj)
+
+
+def test_count_answers_walk_every_shape_and_tick_it():
+    """A count answer names every shape in reading order, each followed by 'no' or the running tally as
+    a word (stressed with the ';' / '.' that goes on or stops), and only then the count as a digit: the
+    first number of the answer, where the scorer reads it."""
+    from fovea.data import make_conversation
+    from fovea.data.scoring import answer_correct
+
+    for seed in range(40):
+        sample = make_sample(seed, "scene", "count")
+        qa = make_conversation(seed, 1, "scene", "count").turns[0][1]
+        assert qa.answer == sample.answer
+        words = [qa.answer[a:b] for a, b in qa.stress]
+        assert len(words) == len(sample.objects)                   # every shape is ticked, matching or not
+        named = [o.label for o in sample.objects]
+        assert [m for m in named if m in qa.answer] == named
+        ticks = [w[2:-1] for w in words]
+        tallies = [t for t in ticks if t != "no"]
+        assert tallies == list(TALLY[:int(sample.short_answer)])
+        assert all(w.endswith(";") for w in words[:-1]) and words[-1].endswith(".")
+        assert re.search(r"\d+", qa.answer).group(0) == sample.short_answer
+        assert answer_correct(sample, qa.answer)
 
 
 def test_ocr_read_answers_mark_each_word_end_as_stress():

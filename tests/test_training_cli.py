@@ -384,3 +384,45 @@ def test_rescore_rereads_saved_answers_at_their_slot_without_a_model(tmp_path):
     assert json.loads((tmp_path / "accuracy_answers.jsonl").read_text())["correct"] is False
     with pytest.raises(SystemExit, match="run the evaluation first"):
         evaluate_main(["--out", str(tmp_path / "missing.json"), "--rescore"])
+
+
+def test_rebuild_plan_chains_the_shipped_recipe_and_every_step_parses(tmp_path, capsys):
+    """`python -m fovea.train rebuild`: every step's command is accepted by its own CLI, each adapter
+    sits on the twin its pair just exported, the shipped folders are each written once, and the
+    seeds are fresh per step."""
+    from fovea.drafter import Drafter
+    from fovea.training import assistant, drafter_cli, rebuild
+
+    steps = rebuild.plan(DEFAULT_TARGET_DIR, ASSETS, tmp_path, 30_000_000)
+    parsed = {s.name: {"drafter": drafter_cli, "assistant": assistant}[s.command].build_parser().parse_args(s.argv)
+              for s in steps}
+    for s in steps:
+        if s.command == "drafter" and parsed[s.name].fovea:
+            drafter_cli.correction_variant(parsed[s.name].fovea)              # the --fovea fields exist
+    assert parsed["adapter_full"].adapter and parsed["deep_text"].adapter
+    assert parsed["adapter_full"].init_from == [parsed["pair_full"].out, parsed["pair_full"].baseline_out]
+    assert parsed["deep_text"].init_from == [parsed["pair_text"].out, parsed["pair_text"].baseline_out]
+    assert parsed["adapter_full"].out == ASSETS / "drafter" and parsed["deep_text"].out == ASSETS / "drafter_text"
+    assert parsed["deep_text"].unroll == 4 and parsed["pair_full"].context == "full" == parsed["adapter_full"].context
+    assert {p.context for n, p in parsed.items() if "text" in n} == {"text"}
+    assert len({p.seed_offset for p in parsed.values()}) == len(steps)
+    writes = [w for s in steps for w in s.writes]
+    assert sorted(writes) == ["assistant", "drafter", "drafter_nocorr", "drafter_text", "drafter_text_nocorr"]
+    # the text pair continues the shipped 64-wide corrector: its --fovea shape is the shipped one's
+    shipped = Drafter.from_pretrained(ASSETS / "drafter_text").correction_cfg
+    ccfg = drafter_cli.correction_variant(parsed["deep_text"].fovea)
+    assert (ccfg.hidden, ccfg.max_depth) == (shipped.hidden, shipped.max_depth)
+    rebuild.main(["--dry-run", "--runs", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert out.count("python -m fovea.train ") == len(steps) and not list(tmp_path.iterdir())
+
+
+def test_rebuild_validates_its_input(tmp_path):
+    from fovea.training import rebuild
+
+    with pytest.raises(SystemExit):
+        rebuild.parse_args(["--only", "pair_fulll", "--dry-run"])
+    with pytest.raises(SystemExit):
+        rebuild.parse_args(["--target", str(tmp_path)])                         # no config.json there
+    with pytest.raises(SystemExit):
+        rebuild.parse_args(["--assets", str(tmp_path)])                         # no drafters to continue

@@ -106,6 +106,15 @@ def count(n: int, noun: str) -> str:
     return f"{n} {noun if n == 1 else plural(noun)}"
 
 
+TALLY = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+
+def tally(n: int) -> str:
+    """The running count a walk writes after the n-th match: a word, so an answer's first digit is still
+    its count."""
+    return TALLY[n - 1]
+
+
 def be(n: int) -> str:
     return "is" if n == 1 else "are"
 
@@ -133,11 +142,12 @@ SCENE = {
     "count": {
         "q": ["How many {what} are there?", "How many {what} can you see in the image?",
               "Count the {what} in this picture."],
-        # the evidence first, then the number: the count is read off the listed items
-        "a": ["I can see {items}, so there {be} {count} in the image. Altogether the picture contains {total}.",
-              "Going row by row from the top, I find {items}. That makes {count}, and the whole image "
-              "contains {total}.",
-              "Looking for {what}, I find {items}. So the answer is {n}, and the picture has {total} in total."],
+        # every shape is walked in reading order and ticked ("no", or the running tally as a word),
+        # then the number: at step 42,800 a list of only the matching shapes stopped after the first
+        # match (every count miss an undercount), while describe, which walks every shape, was 96% right
+        "a": ["Checking each shape for {what}: {walk}. So there {be} {count}, out of {total}.",
+              "Going row by row, I check every shape: {walk}. That makes {count} of {total}.",
+              "Looking for {what} shape by shape: {walk}. So the answer is {n}."],
     },
     "colour": {
         "q": ["What colour is the {shape}?", "Which colour does the {shape} have?", "Tell me the colour of the {shape}."],

@@ -54,7 +54,7 @@ def build_assistant(target_config, tokenizer, num_layers: int = 1, seed: int = 0
     return LlamaForCausalLM(cfg)
 
 
-def main(argv=None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m fovea.train assistant", description=__doc__)
     p.add_argument("--target", type=Path, default=DEFAULT_TARGET_DIR, help="whose tokenizer and shape to use")
     p.add_argument("--out", type=Path, default=DEFAULT_ASSISTANT_DIR)
@@ -62,6 +62,11 @@ def main(argv=None) -> None:
     p.add_argument("--minutes", type=float, default=15.0)
     p.add_argument("--save-every", type=int, default=100)
     add_config_args(p, AssistantTrainConfig)
+    return p
+
+
+def main(argv=None) -> None:
+    p = build_parser()
     args = p.parse_args(argv)
     cfg = config_from_args(args, AssistantTrainConfig)
     if not (args.target / "config.json").exists():

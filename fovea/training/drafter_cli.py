@@ -107,7 +107,7 @@ def freeze_base(drafter: Drafter) -> None:
         q.requires_grad_(not name.startswith(BASE_PARTS))
 
 
-def main(argv=None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m fovea.train drafter", description=__doc__)
     p.add_argument("--target", type=Path, default=DEFAULT_TARGET_DIR)
     p.add_argument("--out", type=Path, default=DEFAULT_DRAFTER_DIR)
@@ -131,6 +131,11 @@ def main(argv=None) -> None:
                         "same initialisation, exported to OUT (repeatable), e.g. --variant assets/d_prop "
                         "propagate=true --variant assets/d_w64 hidden=64; the bench decodes it with --drafters")
     add_config_args(p, DrafterTrainConfig)
+    return p
+
+
+def main(argv=None) -> None:
+    p = build_parser()
     args = p.parse_args(argv)
     cfg = config_from_args(args, DrafterTrainConfig)
     if not 1 <= cfg.unroll <= 8:

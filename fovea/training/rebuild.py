@@ -1,0 +1,131 @@
+"""`python -m fovea.train rebuild`: retrain every shipped drafter and the assistant on a (new) target.
+
+A drafter is trained on one target's states, so continuing the target makes every shipped drafter stale
+(`TargetMismatchWarning`). This runs the README's recipe for all of them, in order, each step in its
+own run directory (resumable: re-run the same command after an interruption) and skipped once done:
+
+1. `pair_full`: the full-context FOVEA drafter and its no-correction twin continue together for 600
+   steps on fresh batches (the twin is exported to `assets/drafter_nocorr`);
+2. `adapter_full`: the shipped full-context FOVEA drafter, the twin's frozen base plus a correction
+   with an image-state memory and retrieval grounding (`--adapter`), 500 steps;
+3. `pair_text`, 4. `deep_text`: the same for the text context; the correction is the shipped 64-wide
+   one corrected at every depth, trained on depths 0-3 (`--unroll 4`), 800 steps;
+5. `assistant`: the `generate(assistant_model=...)` baseline's small LM, retrained on the world's text.
+
+Each pair continues the shipped drafters (`--init-from`), so a rebuild costs about an hour on 2 cores
+(`--dry-run` lists the commands and their measured times) rather than the hours of a start from scratch.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from fovea.models.bundled import ASSETS, DEFAULT_TARGET_DIR
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    command: str              # the `python -m fovea.train` subcommand
+    argv: tuple[str, ...]
+    minutes: float            # measured on 2 cores (README), for the plan
+    writes: tuple[str, ...]   # the shipped folders it exports
+
+
+def plan(target: Path, assets: Path, runs: Path, seed_base: int) -> list[Step]:
+    """The rebuild's steps, in order. Seed offsets are seed_base + k * 1,000,000: fresh batches, never
+    the evaluation range (`fovea.data.generate`)."""
+    a, r = Path(assets), Path(runs)
+    common = ("--target", str(target))
+
+    def seeds(k: int) -> tuple[str, str]:
+        return "--seed-offset", str(seed_base + k * 1_000_000)
+
+    # --minutes is a safety net far above the measured times: a step ends on its step count, not its clock
+    pair = ("--total-steps", "600", "--warmup", "50", "--lr", "5e-4", "--memory-source", "hidden", "--minutes", "120")
+    adapter = ("--adapter", "--memory-source", "hidden", "--warmup", "30", "--lr", "1e-3", "--minutes", "120")
+    return [
+        Step("pair_full", "drafter", (*common, "--context", "full", "--init-from", str(a / "drafter"),
+                                      str(a / "drafter_nocorr"), "--fovea", "ground_weight=1",
+                                      "--out", str(r / "pair_full"), "--baseline-out", str(a / "drafter_nocorr"),
+                                      "--run-dir", str(r / "pair_full_run"), *pair, *seeds(0)),
+             14, ("drafter_nocorr",)),
+        Step("adapter_full", "drafter", (*common, "--context", "full", *adapter, "--init-from", str(r / "pair_full"),
+                                         str(a / "drafter_nocorr"), "--fovea", "ground_weight=1",
+                                         "--out", str(a / "drafter"), "--run-dir", str(r / "adapter_full_run"),
+                                         "--total-steps", "500", *seeds(1)),
+             7, ("drafter",)),
+        Step("pair_text", "drafter", (*common, "--context", "text", "--init-from", str(a / "drafter_text"),
+                                      str(a / "drafter_text_nocorr"), "--fovea", "hidden=64", "max_depth=8",
+                                      "ground_weight=1", "--out", str(r / "pair_text"),
+                                      "--baseline-out", str(a / "drafter_text_nocorr"),
+                                      "--run-dir", str(r / "pair_text_run"), *pair, *seeds(2)),
+             12, ("drafter_text_nocorr",)),
+        Step("deep_text", "drafter", (*common, "--context", "text", *adapter, "--init-from", str(r / "pair_text"),
+                                      str(a / "drafter_text_nocorr"), "--fovea", "hidden=64", "max_depth=8",
+                                      "ground_weight=1", "--out", str(a / "drafter_text"),
+                                      "--run-dir", str(r / "deep_text_run"), "--total-steps", "800", "--unroll", "4",
+                                      *seeds(3)),
+             18, ("drafter_text",)),
+        Step("assistant", "assistant", (*common, "--out", str(a / "assistant"), "--run-dir", str(r / "assistant_run"),
+                                        "--minutes", "5", *seeds(4)),
+             5, ("assistant",)),
+    ]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m fovea.train rebuild", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", type=Path, default=DEFAULT_TARGET_DIR, help="the target the drafters are for")
+    p.add_argument("--assets", type=Path, default=ASSETS, help="where the shipped drafters are read and written")
+    p.add_argument("--runs", type=Path, default=Path("runs/rebuild"), help="run directories and done-markers")
+    p.add_argument("--seed-base", type=int, default=30_000_000,
+                   help="first training seed offset (each step adds 1,000,000); pick one no earlier run used")
+    p.add_argument("--only", nargs="+", metavar="STEP", help="run only these steps (in plan order)")
+    p.add_argument("--force", action="store_true", help="run steps already marked done again")
+    p.add_argument("--dry-run", action="store_true", help="print the commands and their measured times, run nothing")
+    args = p.parse_args(argv)
+    names = [s.name for s in plan(args.target, args.assets, args.runs, args.seed_base)]
+    unknown = sorted(set(args.only or ()) - set(names))
+    if unknown:
+        p.error(f"--only: unknown step(s) {unknown}; the steps are {names}")
+    if not 0 <= args.seed_base < 900_000_000:
+        p.error(f"--seed-base must be in [0, 900,000,000), got {args.seed_base}")
+    if not args.dry_run:
+        if not (args.target / "config.json").exists():
+            p.error(f"--target {args.target} is not a target folder (no config.json)")
+        missing = [str(args.assets / f) for f in ("drafter", "drafter_nocorr", "drafter_text", "drafter_text_nocorr")
+                   if not (args.assets / f / "model.safetensors").exists()]
+        if missing:
+            p.error(f"the rebuild continues the shipped drafters; missing: {missing}")
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    steps = [s for s in plan(args.target, args.assets, args.runs, args.seed_base)
+             if not args.only or s.name in args.only]
+    total = sum(s.minutes for s in steps)
+    print(f"rebuild: {len(steps)} steps, about {total:.0f} min on 2 cores")
+    for step in steps:
+        marker = args.runs / f"{step.name}.done"
+        line = f"python -m fovea.train {step.command} " + " ".join(step.argv)
+        if args.dry_run:
+            print(f"# {step.name} (~{step.minutes:.0f} min, writes {', '.join(step.writes)})\n{line}")
+            continue
+        if marker.exists() and not args.force:
+            print(f"{step.name}: done before ({marker}), skipped")
+            continue
+        print(f"{step.name} (~{step.minutes:.0f} min): {line}", flush=True)
+        start = time.time()
+        done = subprocess.run([sys.executable, "-m", "fovea.train", step.command, *step.argv])
+        if done.returncode:
+            raise SystemExit(f"rebuild: step {step.name} failed (exit {done.returncode}); fix it and re-run: "
+                             "finished steps are skipped, this one resumes from its run directory")
+        args.runs.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps({"command": line, "minutes": round((time.time() - start) / 60, 1)}))
