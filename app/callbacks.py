@@ -23,7 +23,8 @@ from app import plots, render
 from app.focus import step_for_token
 from app.session import (AUTOREGRESSIVE, FOVEA, LANE_NAMES, NO_CORRECTION, Session, from_trace_file, image_sha,
                          new_session)
-from app.settings import SETTING_NAMES, SettingsError, config_from_settings, timing_repeats, variant_config
+from app.settings import (DEFAULT_CONTEXT, SETTING_NAMES, SettingsError, config_from_settings, drafter_context,
+                          timing_repeats, variant_config)
 from app.streaming import BackgroundStream, run_on_decode_thread
 from app.timing import Timings, keep_timing
 from app.views import cleared_outputs, export_files, final_outputs, focus_view, lane, live_outputs, pack
@@ -37,6 +38,10 @@ from fovea.trace_io import TraceFormatError, load_trace
 log = logging.getLogger("fovea.app")
 STREAM_EVERY_S = 0.08      # at most ~12 UI updates per second while streaming
 __all__ = ["Callbacks", "image_sha", "user_errors"]
+# the pipeline drafter each lane decodes with, per drafter context ("full": the image in the drafter's
+# cache; "text": the cache-friendly pair, fovea.pipeline loads it as fovea_text / no_correction_text)
+DRAFTER_KEYS = {"full": {FOVEA: "fovea", NO_CORRECTION: "no_correction"},
+                "text": {FOVEA: "fovea_text", NO_CORRECTION: "no_correction_text"}}
 
 
 @contextmanager
@@ -81,19 +86,31 @@ def _materialized(result):
 
 
 class Callbacks:
-    def __init__(self, pipeline, cap: int):
+    def __init__(self, pipeline, cap: int, context: str | None = None):
         self.pipeline = pipeline
         self.cap = cap
-        # the race: FOVEA, the no-correction drafter when loaded, and the target alone
-        self.methods = [m for m in (FOVEA, NO_CORRECTION) if m in pipeline.drafters] + [AUTOREGRESSIVE]
+        # the drafter contexts this pipeline has a FOVEA drafter for; the default one is `context`, else
+        # the app's measured fastest where loaded
+        self.contexts = tuple(c for c, keys in DRAFTER_KEYS.items() if keys[FOVEA] in pipeline.drafters)
+        if context is not None and context not in self.contexts:
+            raise ValueError(f"drafter context {context!r} is not loaded; this pipeline has {list(self.contexts)}")
+        self.default_context = context or (DEFAULT_CONTEXT if DEFAULT_CONTEXT in self.contexts else self.contexts[0])
+        self.methods = self.methods_for(self.default_context)
+
+    def methods_for(self, context: str) -> list[str]:
+        """The race in this drafter context: FOVEA, its no-correction twin when loaded, the target alone."""
+        return [m for m in (FOVEA, NO_CORRECTION) if DRAFTER_KEYS[context][m] in self.pipeline.drafters] + \
+            [AUTOREGRESSIVE]
 
     def warm_up(self, config: FoveaConfig) -> float:
-        """Run every decode path once, through the same streaming as a request, so that no user's
-        first request pays first-call costs; returns the seconds it took."""
+        """Run every decode path of every drafter context once, through the same streaming as a
+        request, so that no user's first request pays first-call costs; returns the seconds it took."""
         t0 = time.perf_counter()
         image, question = self.pipeline.random_example("scene", EVAL_SEED_START)
-        for method in self.methods:
-            _drain(self._stream(image, question, config, method, None))
+        for context in self.contexts:
+            for method in self.methods_for(context):
+                if method != AUTOREGRESSIVE or context == self.default_context:
+                    _drain(self._stream(image, question, config, method, None, context))
         return time.perf_counter() - t0
 
     def _validate(self, image, question, settings: dict):
@@ -102,7 +119,8 @@ class Callbacks:
             q = self.pipeline.validate_question(question)
             cfg = config_from_settings(settings, self.cap)
             repeats = timing_repeats(settings)
-        return img, q, cfg, repeats
+            context = drafter_context(settings, self.contexts)
+        return img, q, cfg, repeats, context
 
     def check(self, image, question, *settings) -> None:
         """The UI's fast pre-step: raise the input's gr.Error before any output is touched."""
@@ -111,22 +129,23 @@ class Callbacks:
     # ---- Run: every method, interleaved repeats, the first repeat streamed live ----------------
     def run(self, image, question, mode, rho, k_min, k_max, fixed_k, depth, top_k, total_tokens, correction,
             correction_depth, sampling, temperature, top_p, seed, max_new_tokens, repeats=None, stop_below=None,
-            session=None):
+            drafter=None, trigger=None, session=None):
         """Generator over RUN_OUTPUTS tuples. Parameters are named for the API (settings follow
         SETTING_NAMES); the previous session's outputs are cleared first, then replaced."""
         settings = dict(zip(SETTING_NAMES, (mode, rho, k_min, k_max, fixed_k, depth, top_k, total_tokens, correction,
                                              correction_depth, sampling, temperature, top_p, seed, max_new_tokens,
-                                             repeats, stop_below)))
-        img, q, cfg, n_repeats = self._validate(image, question, settings)
+                                             repeats, stop_below, drafter, trigger)))
+        img, q, cfg, n_repeats, context = self._validate(image, question, settings)
+        methods = self.methods_for(context)
         world = check_world(img)
-        yield cleared_outputs(world, len(self.methods))
+        yield cleared_outputs(world, len(methods))
         with user_errors("decoding"):
             # 1. the live race: each method streams in turn (rendering competes with the decode thread
             #    for the GIL, so this pass is shown, not timed)
             first = {}
-            for method in self.methods:
-                live = self._live(img, first, method, 0, 1, world)
-                first[method] = yield from self._stream(img, q, cfg, method, live)
+            for method in methods:
+                live = self._live(img, first, method, 0, 1, world, methods)
+                first[method] = yield from self._stream(img, q, cfg, method, live, context)
                 yield live(None)
             # 2. the timed repeats, interleaved, with nothing rendered while they run
             yield pack(metrics=render.metrics_html(None, None, status=f"timing up to {n_repeats} interleaved run(s)…"))
@@ -134,12 +153,12 @@ class Callbacks:
             for r in range(n_repeats):
                 if not keep_timing(r, time.perf_counter() - t0):
                     break
-                for method in interleaved_order(self.methods, r):
-                    timings.add(r, method, _drain(self._stream(img, q, cfg, method, None)).tokens_per_s)
-            session = new_session(img, q, cfg, first, timings, self.pipeline)
+                for method in interleaved_order(methods, r):
+                    timings.add(r, method, _drain(self._stream(img, q, cfg, method, None, context)).tokens_per_s)
+            session = new_session(img, q, cfg, first, timings, self.pipeline, context)
             yield final_outputs(session, sampling=not cfg.decoding.greedy)
 
-    def _stream(self, img, q, cfg, method: str, live):
+    def _stream(self, img, q, cfg, method: str, live, context: str = "full"):
         """One decode of `method` on the shared decode thread; return its GenerationResult.
 
         live=None (a timed run): the whole decode, records folded into the Accumulator included,
@@ -148,7 +167,9 @@ class Callbacks:
         Otherwise the records stream back and `live(acc)` is yielded at most every STREAM_EVERY_S:
         that pass is shown, never timed."""
         # pipeline method and drafter: every lane but the target's own is the tree drafter over its drafter
-        kind, drafter = (AUTOREGRESSIVE, FOVEA) if method == AUTOREGRESSIVE else (FOVEA, method)
+        # (of this drafter context)
+        kind, drafter = ((AUTOREGRESSIVE, DRAFTER_KEYS[context][FOVEA]) if method == AUTOREGRESSIVE
+                         else (FOVEA, DRAFTER_KEYS[context][method]))
         if live is None:
             result = run_on_decode_thread(lambda: _materialized(self.pipeline.generate(img, q, cfg, kind, drafter)))
             result.method = method
@@ -167,12 +188,12 @@ class Callbacks:
         result.method = method
         return result
 
-    def _live(self, img, first: dict, method: str, repeat: int, n_repeats: int, world):
+    def _live(self, img, first: dict, method: str, repeat: int, n_repeats: int, world, methods: list[str]):
         """The live view while `method` streams: the race lanes (finished ones + this one), and on
         the first repeat this method's own outputs. acc=None: the method just finished."""
         def live(acc) -> tuple:
             lanes = [lane(LANE_NAMES[m], first[m].iterations, self._strings(first[m].tokens), first[m].wall_s * 1e3,
-                          True) for m in self.methods if m in first]
+                          True) for m in methods if m in first]
             if acc is not None and repeat == 0:
                 lanes.append(lane(LANE_NAMES[method], acc.rounds or acc.steps, self._strings(acc.tokens),
                                   acc.ms, False))
@@ -231,7 +252,8 @@ class Callbacks:
                 for method in interleaved_order([variant, AUTOREGRESSIVE], r):
                     use = cfg if method == variant else session.config
                     result = _drain(self._stream(session.model_image, session.question, use,
-                                                 FOVEA if method == variant else AUTOREGRESSIVE, None))
+                                                 FOVEA if method == variant else AUTOREGRESSIVE, None,
+                                                 session.context))
                     timings.add(r, method, result.tokens_per_s)
                     run = run or (result if method == variant else None)
             if not session.comparisons:

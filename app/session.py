@@ -44,6 +44,7 @@ class Session:
     model_image: Image.Image | None = None   # what the model read; None for an imported trace
     image_sha: str = ""
     comparisons: list[dict] = field(default_factory=list)
+    context: str = "full"                # the drafters' context ("full" / "text", app.settings.DRAFTER_CONTEXTS)
 
     @property
     def fovea(self) -> GenerationResult:
@@ -80,17 +81,18 @@ class Session:
 
 
 def new_session(image: Image.Image, question: str, config: FoveaConfig, runs: dict[str, GenerationResult],
-                timings: Timings, pipeline) -> Session:
+                timings: Timings, pipeline, context: str = "full") -> Session:
     """A session from a fresh run; the vocab comes from the pipeline's tokenizer."""
     ids = sorted(token_ids(runs))
     vocab = dict(zip(ids, display_strings(ids, pipeline.token_strings(ids))))
     return Session(display_image(image), question, runs, vocab, timings, pipeline.memory_grid, config, image,
-                   image_sha(image))
+                   image_sha(image), context=context)
 
 
 def to_trace_file(s: Session, image_size: int | None) -> TraceFile:
-    return TraceFile(s.question, s.image, s.memory_grid, image_size, s.vocab, s.runs,
-                     asdict(s.config) if s.config else {}, s.timings.as_dict())
+    """The trace file of a session; its config records the drafter context beside the FoveaConfig."""
+    config = {**asdict(s.config), "drafter_context": s.context} if s.config else {}
+    return TraceFile(s.question, s.image, s.memory_grid, image_size, s.vocab, s.runs, config, s.timings.as_dict())
 
 
 def from_trace_file(t: TraceFile) -> Session:
@@ -98,4 +100,6 @@ def from_trace_file(t: TraceFile) -> Session:
     if FOVEA not in t.runs or AUTOREGRESSIVE not in t.runs:
         raise ValueError(f"a trace needs a {FOVEA!r} and an {AUTOREGRESSIVE!r} run; this one has {sorted(t.runs)}")
     timings = Timings([{k: float(v) for k, v in r.items()} for r in t.timing.get("tokens_per_s", [])])
-    return Session(t.image, t.question, t.runs, t.vocab, timings, t.memory_grid, image_sha=image_sha(t.image))
+    context = t.config.get("drafter_context", "full") if isinstance(t.config, dict) else "full"
+    return Session(t.image, t.question, t.runs, t.vocab, timings, t.memory_grid, image_sha=image_sha(t.image),
+                   context=str(context))

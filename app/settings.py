@@ -20,21 +20,46 @@ DEFAULT_REPEATS = 7        # interleaved timing repeats per Run (at most; see ap
 # a six-shape description up to 68); the library's default of 64 would cut the longest ones short.
 APP_MAX_NEW_TOKENS = 96
 DEFAULTS = FoveaConfig().replace(decoding=dict(max_new_tokens=APP_MAX_NEW_TOKENS))
-# order of the controls, i.e. of the callback arguments that carry them
+# order of the controls, i.e. of the callback arguments that carry them (new ones go last: API callers
+# that pass arguments by position keep working)
 SETTING_NAMES = ("mode", "rho", "k_min", "k_max", "fixed_k", "depth", "top_k", "total_tokens",
                  "correction", "correction_depth", "sampling", "temperature", "top_p", "seed", "max_new_tokens",
-                 "repeats", "stop_below")
+                 "repeats", "stop_below", "drafter", "trigger")
+
+# What the drafters' KV cache holds of the prompt, and the correction each context was measured best with
+# on the benchmark (assets/results/bench, fovea.bench.methods): the full-context drafter corrects depth
+# <= 1 (the paper); the text-context drafter, whose cache skips the image, reads it at every level where
+# its head is unsure (correction.trigger, a deviation: fovea_text_triggered).
+DRAFTER_CONTEXTS = {"full": "full: the image in the drafter's cache",
+                    "text": "text: a text-only drafter cache, the image read on demand"}
+MAX_CORRECTION_DEPTH = 15          # the deepest level of a 16-deep tree: "every level"
+CONTEXT_CORRECTION = {"full": dict(max_depth=DEFAULTS.correction.max_depth, trigger=0.0),
+                      "text": dict(max_depth=MAX_CORRECTION_DEPTH, trigger=0.7)}
+# the app's default: the fastest lossless FOVEA configuration of the committed benchmark (README)
+DEFAULT_CONTEXT = "text"
+
+
+def context_defaults(context: str, config: FoveaConfig = DEFAULTS) -> FoveaConfig:
+    """`config` with the correction that drafter context was measured best with."""
+    return config.replace(correction=CONTEXT_CORRECTION[context])
 
 
 class SettingsError(ValueError):
     """A settings value the decoder cannot use; the message says what to change."""
 
 
-def settings_panel(cap: int = MAX_NEW_TOKENS_CAP, initial: FoveaConfig = DEFAULTS) -> list[gr.components.Component]:
-    """Build the controls inside the current Blocks context (the Settings tab), showing `initial`;
-    returns them in SETTING_NAMES order."""
+def settings_panel(cap: int = MAX_NEW_TOKENS_CAP, initial: FoveaConfig = DEFAULTS, contexts=("full",),
+                   context: str = "full") -> list[gr.components.Component]:
+    """Build the controls inside the current Blocks context (the Settings tab), showing `initial` and
+    the drafter context `context` (one of `contexts`, those the pipeline has drafters for); returns
+    them in SETTING_NAMES order. Picking a context moves the correction controls to its measured best."""
     r, c, t, d = initial.retrieval, initial.correction, initial.tree, initial.decoding
     with gr.Group():
+        with gr.Row():
+            drafter = gr.Radio([(DRAFTER_CONTEXTS[x], x) for x in contexts], value=context, label="Drafter cache",
+                               visible=len(contexts) > 1, elem_id="fv-drafter",
+                               info="what the drafters' KV cache holds of the prompt; FOVEA's retrieval reads "
+                                    "the image's visual memory either way")
         with gr.Row():
             mode = gr.Dropdown(list(RETRIEVAL_MODES), value=r.mode, label="Retrieval mode")
             max_new = gr.Slider(1, cap, value=min(d.max_new_tokens, cap), step=1, label="Max new tokens")
@@ -52,7 +77,12 @@ def settings_panel(cap: int = MAX_NEW_TOKENS_CAP, initial: FoveaConfig = DEFAULT
                                   "0 = always draft every level")
         with gr.Row():
             correction = gr.Checkbox(value=c.enabled, label="Gated correction")
-            corr_depth = gr.Slider(0, 4, value=c.max_depth, step=1, label="Correction depth")
+            corr_depth = gr.Slider(0, MAX_CORRECTION_DEPTH, value=min(c.max_depth, MAX_CORRECTION_DEPTH), step=1,
+                                   label="Correction depth", info=f"the deepest tree level corrected (root = 0; "
+                                                                  f"{MAX_CORRECTION_DEPTH} = every level)")
+            trigger = gr.Slider(0.0, 1.0, value=c.trigger, step=0.05, label="Correct only where unsure",
+                                info="correct a draft state only when its uncorrected top-1 probability is "
+                                     "below this; 0 = always")
         with gr.Row():
             sampling = gr.Radio(["greedy", "sampling"], value="greedy" if d.greedy else "sampling", label="Decoding")
             temperature = gr.Slider(0.05, 2.0, value=d.temperature, step=0.05, label="Temperature")
@@ -64,8 +94,23 @@ def settings_panel(cap: int = MAX_NEW_TOKENS_CAP, initial: FoveaConfig = DEFAULT
     gr.Markdown("Greedy decoding is lossless: FOVEA's answer equals the target's own, token for token. "
                 "Speculative sampling preserves the target's output distribution, not its exact tokens, so with "
                 "sampling the two answers are different valid samples.", elem_classes=["fv-note"])
-    return [mode, rho, k_min, k_max, fixed_k, depth, top_k, total, correction, corr_depth,
-            sampling, temperature, top_p, seed, max_new, repeats, stop]
+    controls = [mode, rho, k_min, k_max, fixed_k, depth, top_k, total, correction, corr_depth,
+                sampling, temperature, top_p, seed, max_new, repeats, stop, drafter, trigger]
+    drafter.change(lambda x: (CONTEXT_CORRECTION[x]["max_depth"], CONTEXT_CORRECTION[x]["trigger"])
+                   if x in CONTEXT_CORRECTION else (gr.skip(), gr.skip()), drafter, [corr_depth, trigger],
+                   api_name=False, show_progress="hidden")
+    return controls
+
+
+def drafter_context(values: dict, available=tuple(DRAFTER_CONTEXTS)) -> str:
+    """The "Drafter cache" control, checked against the contexts this pipeline has drafters for
+    (absent = the app's default where available, else the first)."""
+    context = values.get("drafter")
+    if context is None:
+        return DEFAULT_CONTEXT if DEFAULT_CONTEXT in available else available[0]
+    if context not in available:
+        raise SettingsError(f"Drafter cache must be one of: {', '.join(available)}; got {context!r}.")
+    return context
 
 
 def timing_repeats(values: dict) -> int:
@@ -88,6 +133,15 @@ def _number(values: dict, name: str, label: str, lo: float, hi: float, integer: 
     return int(x) if integer else x
 
 
+def _trigger(values: dict) -> float:
+    """The "Correct only where unsure" control; absent (an API caller that predates it): the measured
+    value of the requested drafter context."""
+    if values.get("trigger") is None:
+        context = values.get("drafter") if values.get("drafter") in CONTEXT_CORRECTION else DEFAULT_CONTEXT
+        return CONTEXT_CORRECTION[context]["trigger"]
+    return _number(values, "trigger", "Correct only where unsure", 0.0, 1.0, integer=False)
+
+
 def config_from_settings(values: dict, cap: int = MAX_NEW_TOKENS_CAP) -> FoveaConfig:
     """Settings values (keyed by SETTING_NAMES) -> FoveaConfig, or SettingsError."""
     mode = values.get("mode")
@@ -103,7 +157,9 @@ def config_from_settings(values: dict, cap: int = MAX_NEW_TOKENS_CAP) -> FoveaCo
             retrieval=dict(mode=mode, rho=_number(values, "rho", "ρ", 0.01, 1.0, integer=False), k_min=k_min,
                            k_max=k_max, fixed_k=_number(values, "fixed_k", "K", 1, 64)),
             correction=dict(enabled=bool(values.get("correction", True)),
-                            max_depth=_number(values, "correction_depth", "Correction depth", 0, 8)),
+                            max_depth=_number(values, "correction_depth", "Correction depth", 0,
+                                              MAX_CORRECTION_DEPTH),
+                            trigger=_trigger(values)),
             tree=dict(depth=_number(values, "depth", "Tree depth", 1, 16),
                       top_k=_number(values, "top_k", "Tree top-k", 1, 16),
                       total_tokens=_number(values, "total_tokens", "Tree budget", 1, 128),

@@ -16,7 +16,7 @@ import gradio as gr
 
 from app import plots, render
 from app.callbacks import Callbacks
-from app.settings import COMPARE_VARIANTS, DEFAULTS, MAX_NEW_TOKENS_CAP, settings_panel
+from app.settings import COMPARE_VARIANTS, MAX_NEW_TOKENS_CAP, context_defaults, settings_panel
 from app.views import FOCUS_OUTPUTS, RACE_NOTE, RUN_OUTPUTS
 from app.vision import race_html, vision_html
 from fovea.config import FoveaConfig
@@ -78,12 +78,13 @@ def serve_in_background(demo: gr.Blocks) -> str:
 
 
 def build_demo(pipeline, concurrency_limit: int = DEFAULT_CONCURRENCY,
-               initial: FoveaConfig | None = None, warm_up: bool = True) -> gr.Blocks:
-    """The app over a ready pipeline; `initial` sets what the Settings controls show at load.
+               initial: FoveaConfig | None = None, warm_up: bool = True, context: str | None = None) -> gr.Blocks:
+    """The app over a ready pipeline; `initial` sets what the Settings controls show at load, and
+    `context` the drafter context selected (default: the measured fastest of those loaded).
     `warm_up` runs every decode path once first, so the first request is timed like the rest."""
     cap = min(MAX_NEW_TOKENS_CAP, getattr(pipeline, "max_new_tokens_cap", MAX_NEW_TOKENS_CAP))
-    initial = initial or DEFAULTS
-    cb = Callbacks(pipeline, cap)
+    cb = Callbacks(pipeline, cap, context)
+    initial = initial or context_defaults(cb.default_context)
     if warm_up:
         log.info("warmed up %s in %.1f s", ", ".join(cb.methods), cb.warm_up(initial))
     with gr.Blocks(title="FOVEA Studio", analytics_enabled=False) as demo:
@@ -91,7 +92,7 @@ def build_demo(pipeline, concurrency_limit: int = DEFAULT_CONCURRENCY,
         gr.Markdown(HEADER, elem_id="fv-header")
         with gr.Row(equal_height=False):
             with gr.Column(scale=2, min_width=320):
-                inputs = _input_column(cap, initial)
+                inputs = _input_column(cap, initial, cb.contexts, cb.default_context)
             with gr.Column(scale=5, min_width=480):
                 c = _output_column()
         c["session"] = session
@@ -100,7 +101,7 @@ def build_demo(pipeline, concurrency_limit: int = DEFAULT_CONCURRENCY,
     return demo
 
 
-def _input_column(cap: int, initial: FoveaConfig) -> dict:
+def _input_column(cap: int, initial: FoveaConfig, contexts: tuple[str, ...], context: str) -> dict:
     with gr.Tabs():
         with gr.Tab("Input", id="input"):
             image = gr.Image(type="filepath", label="Image", sources=["upload", "clipboard"], height=260,
@@ -116,7 +117,7 @@ def _input_column(cap: int, initial: FoveaConfig) -> dict:
             if examples:
                 gr.Examples(examples=examples, inputs=[image, question], label="Examples", examples_per_page=8)
         with gr.Tab("Settings", id="settings", elem_id="fv-settings-tab"):
-            settings = settings_panel(cap, initial)
+            settings = settings_panel(cap, initial, contexts, context)
         with gr.Tab("Trace file", id="trace"):
             gr.Markdown("Export the last run's full trace (JSON, schema `fovea-trace` v1, documented in "
                         "`fovea/trace_io.py`) and its focus trajectory (animated GIF); upload a trace to view it "

@@ -102,7 +102,8 @@ def summary(s: Session, f: render.RunStats, b: render.RunStats) -> dict:
     """Machine-readable figures of a request (the API's JSON output)."""
     speedup = s.timings.speedup(FOVEA)
     flips = [st for st in flip_marks(s.fovea.iterations)[0].values()]
-    return render.summary(f, b, question=s.question, image_sha=s.image_sha, answer=s.fovea.text,
+    return render.summary(f, b, question=s.question, image_sha=s.image_sha, drafter_context=s.context,
+                          answer=s.fovea.text,
                           baseline_answer=s.baseline.text, focus_steps=len(s.trajectory),
                           finish_reason=s.fovea.finish_reason, timing=s.timings.as_dict(),
                           speedup=None if speedup is None else round(speedup.median, 3),

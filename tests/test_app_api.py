@@ -117,6 +117,8 @@ BAD_INPUTS = {
     "too_many_tokens": (dict(max_new_tokens=10_000), "Max new tokens must be a whole number between 1 and 256"),
     "k_min_above_k_max": (dict(k_min=40, k_max=8), "lower K_min or raise K_max"),
     "zero_repeats": (dict(repeats=0), "Timing repeats must be a whole number between 1 and 15"),
+    "unknown_drafter": (dict(drafter="pixels"), "Drafter cache must be one of: full, text"),
+    "trigger_above_one": (dict(trigger=1.5), "Correct only where unsure must be a number between 0 and 1"),
 }
 
 
@@ -202,3 +204,22 @@ def test_export_before_any_run_says_what_to_do(app_url):
     fresh = Client(app_url, analytics_enabled=False, verbose=False, download_files=False)
     with pytest.raises(AppError, match="Run a request"):
         fresh.predict(api_name="/export_trace")
+
+
+def test_both_drafter_contexts_race_losslessly_and_the_trace_keeps_which_one(client):
+    """The Drafter cache control picks the FOVEA drafter and its twin of that context (the app's
+    default: the text context, corrected where unsure at every level); each is lossless, and the
+    exported trace and its import say which context ran."""
+    import json
+
+    for context in ("full", "text"):
+        _, final = run(client, drafter=context, max_new_tokens=8, repeats=1)
+        summary = final[OUT["summary"]]
+        assert summary["drafter_context"] == context and summary["answer"] == summary["baseline_answer"]
+        assert final[OUT["race"]].count('class="fv-lane"') == 3
+        trace, _ = client.predict(api_name="/export_trace")
+        assert json.loads(open(trace).read())["config"]["drafter_context"] == context
+        back = client.predict(handle_file(trace), api_name="/import_trace")
+        assert back[OUT["summary"]]["drafter_context"] == context
+    _, final = run(client, max_new_tokens=4, repeats=1)                 # not given: the app's default
+    assert final[OUT["summary"]]["drafter_context"] == "text"

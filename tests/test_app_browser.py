@@ -77,7 +77,7 @@ def steered_pipeline():
 @pytest.fixture(scope="module")
 def app_url(steered_pipeline):
     initial = FoveaConfig().replace(tree=dict(depth=2, top_k=2, total_tokens=4), decoding=dict(max_new_tokens=TOKENS))
-    demo = build_demo(steered_pipeline, initial=initial)
+    demo = build_demo(steered_pipeline, initial=initial, context="full")   # the steered drafter's context
     url = serve_in_background(demo)
     yield url
     demo.close()

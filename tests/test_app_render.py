@@ -214,8 +214,12 @@ def test_settings_defaults_round_trip_to_the_library_defaults():
                   fixed_k=d.retrieval.fixed_k, depth=d.tree.depth, top_k=d.tree.top_k,
                   total_tokens=d.tree.total_tokens, correction=True, correction_depth=d.correction.max_depth,
                   sampling="greedy", temperature=1.0, top_p=1.0, seed=0, max_new_tokens=d.decoding.max_new_tokens)
-    assert config_from_settings(values) == d                                         # stop_below absent: default
-    assert config_from_settings({**values, "stop_below": d.tree.stop_below}) == d
+    values["drafter"] = "full"
+    assert config_from_settings(values) == d                  # stop_below, trigger absent: the defaults
+    assert config_from_settings({**values, "stop_below": d.tree.stop_below, "trigger": 0}) == d
+    # a caller that predates the trigger control gets the requested drafter context's measured trigger
+    assert config_from_settings({**values, "drafter": "text"}).correction.trigger == 0.7
+    assert config_from_settings({**values, "drafter": "text", "trigger": 0.25}).correction.trigger == 0.25
     assert config_from_settings({**values, "stop_below": 0}).tree.stop_below == 0.0  # 0: every level, every round
     assert config_from_settings({**values, "k_min": 4.0}).retrieval.k_min == 4      # sliders send floats
 
@@ -228,6 +232,8 @@ def test_settings_defaults_round_trip_to_the_library_defaults():
     ({"mode": "psychic"}, "Retrieval mode must be one of"),
     ({"rho": float("nan")}, "ρ must be a number between"),
     ({"stop_below": 1.5}, "Stop below must be a number between 0 and 0.99"),
+    ({"trigger": 2}, "Correct only where unsure must be a number between 0 and 1"),
+    ({"correction_depth": 16}, "Correction depth must be a whole number between 0 and 15"),
 ])
 def test_bad_settings_raise_a_sentence_saying_what_to_change(change, phrase):
     values = dict(mode="cumulative", rho=0.8, k_min=4, k_max=32, fixed_k=16, depth=5, top_k=4, total_tokens=16,
@@ -334,3 +340,16 @@ def test_the_apps_default_token_budget_fits_every_answer_the_bundled_model_was_t
     longest = max(len(tok(make_sample(seed, family, task).answer, add_special_tokens=False)["input_ids"])
                   for family, tasks in TASKS.items() for task in tasks for seed in range(60))
     assert 64 < longest + 1 <= DEFAULTS.decoding.max_new_tokens, longest
+
+
+def test_the_drafter_context_control_is_checked_against_the_loaded_drafters():
+    from app.settings import CONTEXT_CORRECTION, DEFAULT_CONTEXT, context_defaults, drafter_context
+
+    assert drafter_context({}, ("full", "text")) == DEFAULT_CONTEXT
+    assert drafter_context({}, ("full",)) == "full"                     # the default is not loaded: the first
+    assert drafter_context({"drafter": "full"}, ("full", "text")) == "full"
+    with pytest.raises(SettingsError, match="Drafter cache must be one of: full; got 'text'"):
+        drafter_context({"drafter": "text"}, ("full",))
+    for context, correction in CONTEXT_CORRECTION.items():
+        c = context_defaults(context).correction
+        assert (c.max_depth, c.trigger) == (correction["max_depth"], correction["trigger"])
