@@ -426,3 +426,22 @@ def test_rebuild_validates_its_input(tmp_path):
         rebuild.parse_args(["--target", str(tmp_path)])                         # no config.json there
     with pytest.raises(SystemExit):
         rebuild.parse_args(["--assets", str(tmp_path)])                         # no drafters to continue
+
+
+def test_bf16_autocast_only_where_the_cpu_runs_it_fast():
+    """"auto" picks bf16 on CUDA and on CPUs with AMX-BF16, fp32 on AVX2-only CPUs (where bf16 autocast
+    runs ~24x slower); "bf16" / "fp32" force it; anything else is refused."""
+    from fovea.training.common import bf16_autocast
+
+    cpu = torch.device("cpu")
+    assert bf16_autocast(cpu, "auto", cpuinfo="flags\t: fpu sse avx2 fma amx_bf16 amx_tile")[1]
+    assert not bf16_autocast(cpu, "auto", cpuinfo="flags\t: fpu sse avx2 fma")[1]
+    assert not bf16_autocast(cpu, "auto", cpuinfo="flags\t: avx2 avx512_bf16")[1]        # unmeasured: fp32
+    assert bf16_autocast(cpu, "bf16", cpuinfo="flags\t: avx2")[1]
+    assert not bf16_autocast(cpu, "fp32", cpuinfo="flags\t: amx_bf16")[1]
+    assert bf16_autocast(torch.device("cuda"), "auto", cpuinfo="")[1]
+    with pytest.raises(ValueError, match="autocast must be one of"):
+        bf16_autocast(cpu, "fp8")
+    context, on = bf16_autocast(cpu, "bf16")
+    with context:
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16

@@ -25,7 +25,8 @@ from fovea.data.scoring import answer_correct
 from fovea.models.bundled import (BundledModelConfig, DEFAULT_TARGET_DIR, PROMPT_ORDERS, build_model,
                                   encode_prompt, image_to_pixels, load_tokenizer, prompt_format, save_config_json,
                                   train_tokenizer)
-from fovea.training.common import Checkpointer, Timer, add_config_args, append_jsonl, config_from_args
+from fovea.training.common import (AUTOCAST_CHOICES, Checkpointer, Timer, add_config_args, append_jsonl, bf16_autocast,
+                                   config_from_args)
 from fovea.training.packing import NUM_ATTRS, as_conversation, pack_batch, patch_label_batch
 
 AUX_SEED_START = 500_000_000  # the aux-only images: training seeds far from the conversations' range
@@ -360,7 +361,10 @@ def parse_args(argv=None):
     p.add_argument("--run-dir", type=Path, default=Path("runs/target"), help="checkpoints + logs (resume)")
     p.add_argument("--minutes", type=float, default=60.0, help="stop after this much wall time")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ... (bf16 autocast only on CUDA)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ...")
+    p.add_argument("--autocast", default="auto", choices=AUTOCAST_CHOICES,
+                   help="auto: bf16 autocast on CUDA and on CPUs with AMX-BF16, fp32 elsewhere (on AVX2-only CPUs "
+                        "bf16 runs ~24x slower); bf16 / fp32 force it")
     p.add_argument("--probe-every", type=int, default=100, help="teacher-forced held-out probe (curves.jsonl)")
     p.add_argument("--eval-every", type=int, default=1000, help="generation accuracy (eval.jsonl)")
     p.add_argument("--eval-n", type=int, default=6, help="questions per task in the periodic generation eval")
@@ -431,7 +435,9 @@ def main(argv=None) -> None:
     model.to(device), aux.to(device)
     save_config_json(run, "train_config.json", cfg)
     # bf16 autocast only where the hardware has it: on AVX2-only CPUs it runs ~24x slower (NOTES)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+    autocast, bf16 = bf16_autocast(device, args.autocast)
+    tqdm.write(f"target: training steps in {'bf16 autocast' if bf16 else 'fp32'} on {device}")
+    append_jsonl(run / "precision.jsonl", {"step": step, "autocast": "bf16" if bf16 else "fp32", "device": str(device)})
     timer, bar = Timer(), tqdm(initial=step, total=cfg.total_steps, desc="target", dynamic_ncols=True)
     stop = stop_on_sigterm()
     while step < cfg.total_steps and timer.minutes() < args.minutes and not stop:
