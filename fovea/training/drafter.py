@@ -16,6 +16,8 @@ the same batches and target artifacts, so the comparison is fair. The target is 
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 
@@ -192,23 +194,25 @@ def answer_loss_mask(labels: torch.Tensor) -> torch.Tensor:
 
 
 def train_steps(target, drafters: dict, batches, ccfgs: dict, opt, steps: int, on_step=None,
-                unroll: int = 2) -> list[dict]:
+                unroll: int = 2, autocast=None) -> list[dict]:
     """Run `steps` optimisation steps of every drafter in `drafters` on shared target artifacts.
     batches yields (ids, att, labels, pixels) or (ids, att, labels, pixels, ground patches [B, T, N]);
-    returns the per-step metrics."""
+    the forward passes run inside `autocast` (e.g. `common.bf16_autocast`; None: fp32); returns the
+    per-step metrics."""
     history = []
     for step in range(steps):
         ids, att, labels, pixels, *rest = next(batches)
         ground = rest[0] if rest else None
-        art = target_artifacts(target, ids, att, pixels)
         lmask = answer_loss_mask(labels)
         total, metrics = 0.0, {}
-        for name, drafter in drafters.items():
-            loss, m = drafter_loss(drafter, art, ids, lmask, att, ccfgs[name],
-                                   image_token_id=getattr(target, "image_token_id", None), ground=ground,
-                                   unroll=unroll)
-            total = total + loss
-            metrics.update({f"{name}/{k}": v for k, v in m.items()} | {f"{name}/loss": loss.item()})
+        with autocast if autocast is not None else contextlib.nullcontext():
+            art = target_artifacts(target, ids, att, pixels)
+            for name, drafter in drafters.items():
+                loss, m = drafter_loss(drafter, art, ids, lmask, att, ccfgs[name],
+                                       image_token_id=getattr(target, "image_token_id", None), ground=ground,
+                                       unroll=unroll)
+                total = total + loss
+                metrics.update({f"{name}/{k}": v for k, v in m.items()} | {f"{name}/loss": loss.item()})
         opt.zero_grad(set_to_none=True)
         total.backward()
         for drafter in drafters.values():   # clipped separately: one drafter's gradients never scale the other's

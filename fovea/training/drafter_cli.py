@@ -17,7 +17,8 @@ from fovea.config import CorrectionConfig
 from fovea.data import make_sample
 from fovea.drafter import Drafter, drafter_config_for
 from fovea.models.bundled import ASSETS, DEFAULT_DRAFTER_DIR, DEFAULT_TARGET_DIR, load_target, save_config_json
-from fovea.training.common import Checkpointer, Timer, add_config_args, append_jsonl, config_from_args, lr_at
+from fovea.training.common import (AUTOCAST_CHOICES, Checkpointer, Timer, add_config_args, append_jsonl, bf16_autocast,
+                                   config_from_args, lr_at)
 from fovea.training.packing import as_conversation, pack_batch
 from fovea.training.drafter import train_steps
 
@@ -130,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also train a FOVEA drafter with these CorrectionConfig fields on the same batches from the "
                         "same initialisation, exported to OUT (repeatable), e.g. --variant assets/d_prop "
                         "propagate=true --variant assets/d_w64 hidden=64; the bench decodes it with --drafters")
+    p.add_argument("--autocast", default="auto", choices=AUTOCAST_CHOICES,
+                   help="auto: bf16 autocast on CPUs with AMX-BF16 (and CUDA), fp32 elsewhere; bf16 / fp32 force it")
     add_config_args(p, DrafterTrainConfig)
     return p
 
@@ -197,6 +200,8 @@ def main(argv=None) -> None:
             {"folders": [str(f) for f in args.init_from], "steps_before": previous[0],
              "adapter_steps_before": metas[0].get("adapter_steps", 0)}))
     save_config_json(args.run_dir, "train_config.json", cfg)
+    autocast, bf16 = bf16_autocast(torch.device("cpu"), args.autocast)
+    append_jsonl(args.run_dir / "precision.jsonl", {"step": step, "autocast": "bf16" if bf16 else "fp32"})
     timer = Timer()
     bar = tqdm(initial=step, total=cfg.total_steps, desc="drafters", dynamic_ncols=True)
     data = batches(target, cfg, step)
@@ -215,7 +220,7 @@ def main(argv=None) -> None:
     while step < cfg.total_steps and timer.minutes() < args.minutes:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg.total_steps, cfg.lr, cfg.warmup)
-        train_steps(target, trained, data, ccfgs, opt, 1, on_step, unroll=cfg.unroll)
+        train_steps(target, trained, data, ccfgs, opt, 1, on_step, unroll=cfg.unroll, autocast=autocast)
     ckpt.save(step, {**drafters, "opt": opt})
     init = json.loads((args.run_dir / "init_from.json").read_text()) if (args.run_dir / "init_from.json").exists() \
         else {}
