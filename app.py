@@ -42,7 +42,9 @@ def main(argv: list[str] | None = None) -> None:
     # Every torch call of this process runs on the one decode thread, loading included: a model
     # loaded on the main thread and decoded on another ran FOVEA ~2x slower on 2 cores (app.streaming).
     pipeline = run_on_decode_thread(lambda: _load(args))
-    demo = build_demo(pipeline, concurrency_limit=args.concurrency)
+    # a drafter named on the command line races first: it is the pipeline's "fovea" drafter, the
+    # Drafter cache control's "full" entry (the bundled text-context pair stays selectable)
+    demo = build_demo(pipeline, concurrency_limit=args.concurrency, context="full" if args.drafter else None)
     demo.launch(server_name=args.host, server_port=args.port, **launch_kwargs())
 
 
