@@ -379,9 +379,10 @@ def test_scene_list_answers_mark_each_go_on_or_stop_decision_as_stress():
 
 
 def test_count_answers_walk_every_shape_and_tick_it():
-    """A count answer names every shape in reading order, each followed by 'no' or the running tally as
-    a word (stressed with the ';' / '.' that goes on or stops), and only then the count as a digit: the
-    first number of the answer, where the scorer reads it."""
+    """A count answer names every shape in reading order, each followed by what is counted ("orange?",
+    for a kind or colour question) and 'no' or the running tally as a word (stressed with the ';' / '.'
+    that goes on or stops), and only then the count as a digit: the first number of the answer, where
+    the scorer reads it."""
     from fovea.data import make_conversation
     from fovea.data.scoring import answer_correct
 
@@ -393,7 +394,10 @@ def test_count_answers_walk_every_shape_and_tick_it():
         assert len(words) == len(sample.objects)                   # every shape is ticked, matching or not
         named = [o.label for o in sample.objects]
         assert [m for m in named if m in qa.answer] == named
-        ticks = [w[2:-1] for w in words]
+        ticks = [w[2:-1].split()[-1] for w in words]
+        asked = {w[2:-1].split()[0] for w in words if "?" in w}
+        named = [w for w in COLOURS[1:] + SHAPES[1:] if re.search(rf"\b{w}(e?s)?\b", sample.question)]
+        assert asked == ({f"{named[0]}?"} if named else set())        # a kind or colour tick restates it
         tallies = [t for t in ticks if t != "no"]
         assert tallies == list(TALLY[:int(sample.short_answer)])
         assert all(w.endswith(";") for w in words[:-1]) and words[-1].endswith(".")

@@ -168,13 +168,14 @@ def ask(layout: Layout, task: str, choice, rng: random.Random) -> QA:
         chosen = _matching(layout, choice)
         noun = {"all": "shape", "kind": value, "colour": f"{value} shape"}[by]
         n = len(chosen)
+        asked = "" if by == "all" else f"{value}? "          # what the tick checks, restated beside it
         walk, seen = [], 0
         for i in range(len(shapes)):
             seen += i in chosen
-            walk.append([*_item(layout, i, size=False), ", " + (text.tally(seen) if i in chosen else "no")])
+            walk.append([*_item(layout, i, size=False), ", " + asked + (text.tally(seen) if i in chosen else "no")])
         qa = text.ask(rng, text.SCENE, task, str(n), what=text.plural(noun), count=text.count(n, noun),
                       be=text.be(n), n=n, total=total, walk=text.join(walk, sep="; ", last="; "))
-        return text.with_stops(qa, range(len(shapes)), r", \w+[;.]")
+        return text.with_stops(qa, range(len(shapes)), r", (?:\w+\? )?\w+[;.]")
     if task == "colour":
         s = shapes[choice]
         return text.ask(rng, text.SCENE, task, s.colour, shape=Name(s.kind, choice),

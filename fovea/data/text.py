@@ -142,12 +142,15 @@ SCENE = {
     "count": {
         "q": ["How many {what} are there?", "How many {what} can you see in the image?",
               "Count the {what} in this picture."],
-        # every shape is walked in reading order and ticked ("no", or the running tally as a word),
-        # then the number: at step 42,800 a list of only the matching shapes stopped after the first
-        # match (every count miss an undercount), while describe, which walks every shape, was 96% right
-        "a": ["Checking each shape for {what}: {walk}. So there {be} {count}, out of {total}.",
-              "Going row by row, I check every shape: {walk}. That makes {count} of {total}.",
-              "Looking for {what} shape by shape: {walk}. So the answer is {n}."],
+        # every shape is walked in reading order and ticked, then the number. A tick restates what is
+        # counted ("orange?") and answers it: "no", or the running tally as a word. At step 42,800 a list
+        # of only the matching shapes stopped after the first match (every count miss an undercount)
+        # while describe, which walks every shape, was 96% right; a walk whose tick had to recall the
+        # question first learned "the first shape is one, the rest no" (step 44,736), so the tick now
+        # compares two words a few tokens apart
+        "a": ["Checking for {what}: {walk}. So there {be} {count}.",
+              "Row by row: {walk}. That makes {count}.",
+              "Looking for {what}: {walk}. So the answer is {n}."],
     },
     "colour": {
         "q": ["What colour is the {shape}?", "Which colour does the {shape} have?", "Tell me the colour of the {shape}."],
