@@ -16,7 +16,7 @@ from fovea.config import RETRIEVAL_MODES, FoveaConfig
 MAX_NEW_TOKENS_CAP = 256
 MAX_REPEATS = 15
 DEFAULT_REPEATS = 7        # interleaved timing repeats per Run (at most; see app.timing.TIMING_BUDGET_S)
-# Every answer the bundled model was trained to give fits in 96 tokens (a six-shape count walk is up to 89,
+# Every answer the bundled model was trained to give fits in 96 tokens (a six-shape count walk is up to 92,
 # a six-shape description up to 68); the library's default of 64 would cut the longest ones short.
 APP_MAX_NEW_TOKENS = 96
 DEFAULTS = FoveaConfig().replace(decoding=dict(max_new_tokens=APP_MAX_NEW_TOKENS))
