@@ -23,8 +23,8 @@ from app import plots, render
 from app.focus import step_for_token
 from app.session import (AUTOREGRESSIVE, FOVEA, LANE_NAMES, NO_CORRECTION, Session, from_trace_file, image_sha,
                          new_session)
-from app.settings import (DEFAULT_CONTEXT, SETTING_NAMES, SettingsError, config_from_settings, drafter_context,
-                          timing_repeats, variant_config)
+from app.settings import (SETTING_NAMES, SettingsError, config_from_settings, drafter_context, timing_repeats,
+                          variant_config)
 from app.streaming import BackgroundStream, run_on_decode_thread
 from app.timing import Timings, keep_timing
 from app.views import cleared_outputs, export_files, final_outputs, focus_view, lane, live_outputs, pack
@@ -92,10 +92,7 @@ class Callbacks:
         # the drafter contexts this pipeline has a FOVEA drafter for; the default one is `context`, else
         # the app's measured fastest where loaded
         self.contexts = tuple(c for c, keys in DRAFTER_KEYS.items() if keys[FOVEA] in pipeline.drafters)
-        if context is not None and context not in self.contexts:
-            raise ValueError(f"drafter context {context!r} is not loaded; this pipeline has {list(self.contexts)}")
-        self.default_context = context or (DEFAULT_CONTEXT if DEFAULT_CONTEXT in self.contexts else self.contexts[0])
-        self.methods = self.methods_for(self.default_context)
+        self.default_context = drafter_context({"drafter": context}, self.contexts)
 
     def methods_for(self, context: str) -> list[str]:
         """The race in this drafter context: FOVEA, its no-correction twin when loaded, the target alone."""
@@ -117,9 +114,9 @@ class Callbacks:
         with user_errors("reading your input"):
             img = self.pipeline.validate_image(_image_path(image))
             q = self.pipeline.validate_question(question)
-            cfg = config_from_settings(settings, self.cap)
+            context = drafter_context(settings, self.contexts, self.default_context)
+            cfg = config_from_settings({**settings, "drafter": context}, self.cap)   # its trigger, when absent
             repeats = timing_repeats(settings)
-            context = drafter_context(settings, self.contexts)
         return img, q, cfg, repeats, context
 
     def check(self, image, question, *settings) -> None:
@@ -158,7 +155,7 @@ class Callbacks:
             session = new_session(img, q, cfg, first, timings, self.pipeline, context)
             yield final_outputs(session, sampling=not cfg.decoding.greedy)
 
-    def _stream(self, img, q, cfg, method: str, live, context: str = "full"):
+    def _stream(self, img, q, cfg, method: str, live, context: str):
         """One decode of `method` on the shared decode thread; return its GenerationResult.
 
         live=None (a timed run): the whole decode, records folded into the Accumulator included,

@@ -102,12 +102,12 @@ def settings_panel(cap: int = MAX_NEW_TOKENS_CAP, initial: FoveaConfig = DEFAULT
     return controls
 
 
-def drafter_context(values: dict, available=tuple(DRAFTER_CONTEXTS)) -> str:
+def drafter_context(values: dict, available=tuple(DRAFTER_CONTEXTS), default: str | None = None) -> str:
     """The "Drafter cache" control, checked against the contexts this pipeline has drafters for
-    (absent = the app's default where available, else the first)."""
+    (absent = `default`, else the app's default where available, else the first)."""
     context = values.get("drafter")
     if context is None:
-        return DEFAULT_CONTEXT if DEFAULT_CONTEXT in available else available[0]
+        return default or (DEFAULT_CONTEXT if DEFAULT_CONTEXT in available else available[0])
     if context not in available:
         raise SettingsError(f"Drafter cache must be one of: {', '.join(available)}; got {context!r}.")
     return context

@@ -86,7 +86,7 @@ def build_demo(pipeline, concurrency_limit: int = DEFAULT_CONCURRENCY,
     cb = Callbacks(pipeline, cap, context)
     initial = initial or context_defaults(cb.default_context)
     if warm_up:
-        log.info("warmed up %s in %.1f s", ", ".join(cb.methods), cb.warm_up(initial))
+        log.info("warmed up the %s drafter context(s) in %.1f s", ", ".join(cb.contexts), cb.warm_up(initial))
     with gr.Blocks(title="FOVEA Studio", analytics_enabled=False) as demo:
         session = gr.State(None, time_to_live=3600)   # freed an hour after the last update
         gr.Markdown(HEADER, elem_id="fv-header")

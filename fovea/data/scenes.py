@@ -146,10 +146,9 @@ def _item(layout: Layout, i: int, size: bool) -> list:
 
 
 def _with_list_stops(qa: QA, listed) -> QA:
-    """A describe or count answer with the words right after each listed shape marked as stress
-    (", a" / " and a" go on; ", so" / ". That" stop): there the answer decides whether another shape
-    follows. At step 39,363 most count misses listed one of two matching shapes and stopped, and most
-    describe misses left a shape out."""
+    """A describe answer with the words right after each listed shape marked as stress (", a" / " and a"
+    go on; ", so" / ". That" stop): there the answer decides whether another shape follows. At step
+    39,363 most describe misses left a shape out. (A count answer stresses its ticks instead, in `ask`.)"""
     return text.with_stops(qa, listed, r"(?:[.,]| and)? \w+")   # a shape's last mention is its position
 
 
@@ -174,7 +173,7 @@ def ask(layout: Layout, task: str, choice, rng: random.Random) -> QA:
             seen += i in chosen
             walk.append([*_item(layout, i, size=False), ", " + asked + (text.tally(seen) if i in chosen else "no")])
         qa = text.ask(rng, text.SCENE, task, str(n), what=text.plural(noun), count=text.count(n, noun),
-                      be=text.be(n), n=n, total=total, walk=text.join(walk, sep="; ", last="; "))
+                      be=text.be(n), n=n, walk=text.join(walk, sep="; ", last="; "))
         return text.with_stops(qa, range(len(shapes)), r", (?:\w+\? )?\w+[;.]")
     if task == "colour":
         s = shapes[choice]
