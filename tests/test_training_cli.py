@@ -445,3 +445,18 @@ def test_bf16_autocast_only_where_the_cpu_runs_it_fast():
     context, on = bf16_autocast(cpu, "bf16")
     with context:
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
+
+
+def test_drafter_training_families_weight_the_batches_and_are_validated(capsys):
+    from fovea.data import make_sample
+    from fovea.training.drafter_cli import main, sample_family
+
+    seeds = range(1000, 1012)
+    picked = [sample_family(s, ("ocr", "ocr", "scene", "chart")) for s in seeds]
+    assert picked.count("ocr") == 6 and picked.count("scene") == 3 and picked.count("chart") == 3
+    assert [make_sample(s, family=f).family for s, f in zip(seeds, picked)] == picked
+    assert all(sample_family(s, ()) is None for s in seeds)          # the data's own round robin
+    assert {make_sample(s, family=sample_family(s, ())).family for s in seeds} == {"scene", "ocr", "chart"}
+    with pytest.raises(SystemExit):
+        main(["--families", "ocr", "maps", "--total-steps", "1"])
+    assert "unknown ['maps']" in capsys.readouterr().err
