@@ -208,7 +208,7 @@ def test_export_before_any_run_says_what_to_do(app_url):
 
 def test_both_drafter_contexts_race_losslessly_and_the_trace_keeps_which_one(client):
     """The Drafter cache control picks the FOVEA drafter and its twin of that context (the app's
-    default: the text context, corrected where unsure at every level); each is lossless, and the
+    default: settings.DEFAULT_CONTEXT); each is lossless, and the
     exported trace and its import say which context ran."""
     import json
 
@@ -222,4 +222,6 @@ def test_both_drafter_contexts_race_losslessly_and_the_trace_keeps_which_one(cli
         back = client.predict(handle_file(trace), api_name="/import_trace")
         assert back[OUT["summary"]]["drafter_context"] == context
     _, final = run(client, max_new_tokens=4, repeats=1)                 # not given: the app's default
-    assert final[OUT["summary"]]["drafter_context"] == "text"
+    from app.settings import DEFAULT_CONTEXT
+
+    assert final[OUT["summary"]]["drafter_context"] == DEFAULT_CONTEXT
