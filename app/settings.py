@@ -35,9 +35,8 @@ DRAFTER_CONTEXTS = {"full": "full: the image in the drafter's cache",
 MAX_CORRECTION_DEPTH = 15          # the deepest level of a 16-deep tree: "every level"
 CONTEXT_CORRECTION = {"full": dict(max_depth=DEFAULTS.correction.max_depth, trigger=0.0),
                       "text": dict(max_depth=MAX_CORRECTION_DEPTH, trigger=0.7)}
-# the app's default: the fastest lossless FOVEA configuration measured on the shipped drafters (README,
-# "Speed and ablations": on target step 52,000 the full-context FOVEA drafter read 1.16x / 1.27x in two
-# 100-question runs and the text-context one, corrected where unsure, 1.17x / 1.17x)
+# the app's default: the fastest lossless FOVEA configuration measured on the shipped drafters (the runs
+# and their numbers: README, "Speed and ablations"; assets/results/bench and bench_ranking)
 DEFAULT_CONTEXT = "full"
 
 
