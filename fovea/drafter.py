@@ -168,20 +168,27 @@ class Drafter(nn.Module):
         return logits, got, gate, pre
 
     def _triggered(self, h, depth: int, memory, correction, retrieval, generator, clock, level):
+        """The head with `correction.trigger`. Laps: the uncorrected head is "draft/head"; the check, the
+        corrected rows' second head and their bookkeeping are "draft/trigger" (what the trigger adds beside
+        the retrieval and correction themselves)."""
         logits = self.logits(h)
+        clock.lap("draft/head", level)
         unsure = torch.softmax(logits, -1).amax(-1) < correction.trigger             # [S]
         rows = unsure.nonzero().squeeze(1)
-        clock.lap("draft/head", level)
         n = rows.numel()                                                             # the one host sync
+        clock.lap("draft/trigger", level)
         if n == 0:
             return logits, None, None, h
         if n == h.shape[0]:        # every state unsure: correct them all, no row bookkeeping
             fixed, got, gate = self._correct_level(h, depth, memory, correction, retrieval, generator, clock, level)
-            return self.logits(fixed), got, gate, fixed
+            logits = self.logits(fixed)
+            clock.lap("draft/trigger", level)
+            return logits, got, gate, fixed
         fixed, got, gate = self._correct_level(h[rows], depth, memory, correction, retrieval, generator, clock, level)
         got.rows = rows
         pre, logits = h.clone(), logits.clone()
         pre[rows], logits[rows] = fixed, self.logits(fixed)
+        clock.lap("draft/trigger", level)
         return logits, got, gate, pre
 
     def correct(self, h: torch.Tensor, depth: torch.Tensor | int, memory: VisualMemory | None,

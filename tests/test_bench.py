@@ -122,6 +122,30 @@ def test_profile_splits_rounds_and_writes_cost_curves(tmp_path):
     assert "Cost curves" in md and "With a free drafter" in md and "torch.compile" not in md and "nan" not in md
 
 
+def test_cost_split_times_each_fovea_setting_beside_its_twin_and_bounds_a_free_correction(tmp_path):
+    """--cost-split: every pair of COST_PAIRS decoded interleaved with its own clock; the twins run no
+    correction stage, the triggered settings lap their trigger, and taking FOVEA's own stages as free can
+    only make it faster."""
+    from fovea.bench.profile import COST_PAIRS, CORRECTION_STAGES
+
+    main(["--cost-split", "--tiny-random", "--n", "2", "--max-new-tokens", "6", "--out", str(tmp_path)])
+    split = json.loads((tmp_path / "results.json").read_text())["split"]
+    assert [(p["fovea"], p["twin"]) for p in split["pairs"]] == list(COST_PAIRS)
+    methods = split["methods"]
+    for fovea, twin in COST_PAIRS:
+        assert methods[twin]["correction_ms_per_round"] == 0 and methods[twin]["corrected_levels_per_round"] == 0
+        assert methods[fovea]["correction_ms_per_round"] > 0 and methods[fovea]["corrected_levels_per_round"] > 0
+    for name in ("fovea_triggered", "fovea_text_triggered"):   # an untrained head is unsure everywhere
+        assert methods[name]["per_round_ms"]["draft/trigger"] > 0
+    for m in methods.values():
+        assert m["rounds"] > 0 and abs(sum(m["per_round_ms"].values()) - m["round_ms"]) < 1e-6
+        assert m["decode_ms_per_token"] == pytest.approx(m["round_ms"] * m["rounds"] / m["tokens"])
+    for p in split["pairs"]:
+        assert p["speed_ratio_free_correction"] > p["speed_ratio"] > 0
+    assert set(CORRECTION_STAGES) >= {"draft/retrieval", "draft/correction"}
+    assert "with a free correction" in (tmp_path / "results.md").read_text()
+
+
 def test_lever_check_times_threads_and_int8_weights_end_to_end(tmp_path):
     """--lever-check (part of --profile) times autoregressive decoding and the no-correction drafter at
     2 and 1 threads and with int8 block weights, and restores the thread count; the int8 copy keeps the

@@ -24,6 +24,7 @@ from fovea.bench.report import write_results
 from fovea.bench.runner import PAIR_SWEEPS, cold_start_seconds, held_out, pair_sweep, run_meta, run_speed, tree_sweep
 from fovea.bench.stats import summarise
 from fovea.config import FoveaConfig
+from fovea.data import tuning_seeds
 
 # the sweeps, each its own --NAME-sweep flag: the tree shapes, then the pair sweeps (PAIR_SWEEPS)
 SWEEPS = ("tree", *PAIR_SWEEPS)
@@ -81,6 +82,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--profile", action="store_true",
                    help="split FOVEA rounds into per-level drafter stages, verify and commit, and measure the "
                         "tracing overhead (default 20 questions; writes assets/results/profile)")
+    p.add_argument("--cost-split", action="store_true",
+                   help="split the decode rounds of each FOVEA setting and its no-correction twin (COST_PAIRS) into "
+                        "stages, interleaved on tuning questions (default 30), and bound what a free correction would "
+                        "give; writes assets/results/cost_split")
     p.add_argument("--compile-check", action="store_true",
                    help="with --profile: also time the drafter block under torch.compile against eager "
                         "(compiling takes seconds to a minute)")
@@ -116,7 +121,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     unknown = [m for m in args.methods or [] if m not in METHODS and m not in extra]
     if unknown:
         p.error(f"unknown method(s) {unknown}: choose from {sorted(METHODS)} or a NAME given to --drafters")
-    modes = [f for f in (*(f"{kind}_sweep" for kind in SWEEPS), "profile") if getattr(args, f)]
+    modes = [f for f in (*(f"{kind}_sweep" for kind in SWEEPS), "profile", "cost_split") if getattr(args, f)]
     if len(modes) > 1:
         p.error("run one of " + ", ".join("--" + f.replace("_", "-") for f in modes) + " at a time")
     if (args.compile_check or args.lever_check) and not args.profile:
@@ -146,8 +151,8 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
     sweep = any(getattr(args, f"{kind}_sweep") for kind in SWEEPS)
-    if (sweep or args.profile) and args.methods:
-        raise SystemExit(", ".join(f"--{kind}-sweep" for kind in SWEEPS) + " and --profile run their own methods; "
+    if (sweep or args.profile or args.cost_split) and args.methods:
+        raise SystemExit(", ".join(f"--{kind}-sweep" for kind in SWEEPS) + ", --profile and --cost-split run their own methods; "
                          "drop --methods")
     preset = PRESETS["quick" if args.quick else args.preset]
     torch.set_num_threads(args.threads or (1 if args.tiny_random else 2))
@@ -174,6 +179,13 @@ def main(argv=None) -> None:
             return
     if args.profile:
         print(profile(args, pipe, base))
+        return
+    if args.cost_split:
+        from fovea.bench.profile import cost_split, write_cost_split
+
+        n = args.n or 30
+        split = cost_split(pipe, held_out(n, tuning_seeds), table, base)
+        print(write_cost_split(args.out or Path("assets/results/cost_split"), split, run_meta(args.argv, n, base)))
         return
     n = args.n or preset["n"]
     methods = args.methods or preset["methods"]

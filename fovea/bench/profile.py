@@ -32,7 +32,7 @@ from fovea.tree import ancestors_of
 CURVE_NODES = (1, 2, 4, 8, 16, 32)
 CURVE_WIDTHS = (1, 2, 4, 8)
 
-DRAFT_STAGES = ("draft/blocks", "draft/head", "draft/retrieval", "draft/correction", "draft/tree")
+DRAFT_STAGES = ("draft/blocks", "draft/head", "draft/trigger", "draft/retrieval", "draft/correction", "draft/tree")
 # commit/target: the target cache keeps root + accepted path; commit/drafter: the drafter caches the new pairs
 ROUND_STAGES = (*DRAFT_STAGES, "draft/setup", "draft/select", "verify", "commit/target", "commit/drafter")
 
@@ -66,6 +66,98 @@ def profile_rounds(pipe, samples, cfg: FoveaConfig, drafter: str = "fovea") -> d
             "per_level_ms": {stage: {str(k): v for k, v in sorted(levels.items())}
                              for stage, levels in per_level.items()},
             "autoregressive_ms_per_token": ar_ms / max(1, ar_tokens)}
+
+
+# --cost-split: each FOVEA decode setting beside its no-correction twin, and the stages only FOVEA runs
+COST_PAIRS = (("fovea", "no_correction"), ("fovea_triggered", "no_correction"),
+              ("fovea_text", "no_correction_text"), ("fovea_text_triggered", "no_correction_text"))
+CORRECTION_STAGES = ("draft/trigger", "draft/retrieval", "draft/correction")
+
+
+def cost_split(pipe, samples, table: dict, base: FoveaConfig, pairs=COST_PAIRS) -> dict:
+    """Where each method of `pairs` spends a decode round, all methods interleaved per question (order
+    rotated), each with its own Clock: per-round ms of every stage, drafter expansions and corrected levels
+    per round, tau, and decode ms per generated token (the rounds' stages over their tokens, prefill
+    excluded). Per pair, FOVEA's decode speed over its twin's as measured, and with the stages only FOVEA
+    runs (CORRECTION_STAGES) taken as free: whether a cheaper correction alone could reach a speed bar,
+    given how many levels, nodes and tokens FOVEA's rounds have."""
+    from fovea.bench.methods import strategy_for
+
+    pairs = [p for p in pairs if all(table[m].drafter in pipe.drafters for m in p)]
+    methods = list(dict.fromkeys(m for p in pairs for m in p))
+    prompts = [pipe.target.prepare(s.image, s.question) for s in samples]
+    strategies = {m: strategy_for(pipe, table[m]) for m in methods}
+    for m in methods:                                                # warm-up: first-call allocations
+        run(pipe.target, strategies[m], prompts[0], base)
+    clocks = {m: Clock() for m in methods}
+    rounds = {m: 0 for m in methods}
+    tokens = {m: 0 for m in methods}
+    taus: dict[str, list[int]] = {m: [] for m in methods}
+    for i, p in enumerate(prompts):
+        for m in interleaved_order(methods, i):
+            clocks[m].start()
+            result = run(pipe.target, strategies[m], p, base, clock=clocks[m])
+            rounds[m] += len(result.iterations)
+            tokens[m] += sum(result.accept_lengths)
+            taus[m] += result.accept_lengths
+    per_method = {}
+    for m in methods:
+        c, n = clocks[m], max(1, rounds[m])
+        stages: dict[str, float] = {}
+        for (stage, _), seconds in c.seconds.items():
+            stages[stage] = stages.get(stage, 0.0) + 1e3 * seconds / n
+        round_ms = sum(stages.values())
+        per_method[m] = {
+            "rounds": rounds[m], "tokens": tokens[m], "tau_with_bonus": statistics.mean(taus[m]) if taus[m] else 0.0,
+            "per_round_ms": stages, "round_ms": round_ms,
+            "expansions_per_round": sum(v for k, v in c.calls.items() if k[0] == "draft/blocks") / n,
+            "corrected_levels_per_round": sum(v for k, v in c.calls.items() if k[0] == "draft/correction") / n,
+            "decode_ms_per_token": round_ms * n / max(1, tokens[m]),
+            "correction_ms_per_round": sum(stages.get(k, 0.0) for k in CORRECTION_STAGES)}
+    out = []
+    for fovea, twin in pairs:
+        f, t = per_method[fovea], per_method[twin]
+        free = (f["round_ms"] - f["correction_ms_per_round"]) * max(1, f["rounds"]) / max(1, f["tokens"])
+        out.append({"fovea": fovea, "twin": twin, "tau_ratio": f["tau_with_bonus"] / max(1e-9, t["tau_with_bonus"]),
+                    "speed_ratio": t["decode_ms_per_token"] / f["decode_ms_per_token"],
+                    "speed_ratio_free_correction": t["decode_ms_per_token"] / free})
+    return {"questions": len(prompts), "methods": per_method, "pairs": out}
+
+
+def cost_split_markdown(split: dict, meta: dict) -> str:
+    methods, pairs = split["methods"], split["pairs"]
+    stages = [s for s in (*DRAFT_STAGES, "draft/setup", "draft/select", "verify", "commit/target", "commit/drafter")
+              if any(s in m["per_round_ms"] for m in methods.values())]
+    lines = [f"Cost split {meta['date']} on {meta['machine']}; {split['questions']} tuning questions "
+             f"(fovea.data.tuning_seeds), max {meta['max_new_tokens']} new tokens, greedy, every method interleaved "
+             f"per question. Command: `{meta['command']}`", "",
+             "Per method: ms per decode round by stage (trigger: the trigger's check, the corrected rows' second "
+             "head and their bookkeeping), drafter expansions (block calls) and corrected levels per round, tau "
+             "with the bonus token, and decode ms per generated token (prefill excluded).", "",
+             "| method | tau | expansions | corrected levels | " + " | ".join(s.split("/")[-1] if s.startswith("draft/")
+                                                                                 else s for s in stages)
+             + " | round ms | ms / token |", "|" + "---|" * (len(stages) + 6)]
+    for name, m in methods.items():
+        cells = [f"{m['per_round_ms'][s]:.2f}" if s in m["per_round_ms"] else "-" for s in stages]
+        lines.append(f"| {name} | {m['tau_with_bonus']:.2f} | {m['expansions_per_round']:.2f} | "
+                     f"{m['corrected_levels_per_round']:.2f} | " + " | ".join(cells)
+                     + f" | {m['round_ms']:.2f} | {m['decode_ms_per_token']:.3f} |")
+    lines += ["", "Per pair: FOVEA's decode speed over its twin's as measured, and with the stages only FOVEA runs "
+                  "(trigger, retrieval, correction) taken as free. The second is the most any cheaper correction "
+                  "could give with these rounds: the same levels, tree nodes and accepted tokens.", "",
+              "| FOVEA | twin | tau ratio | speed ratio | with a free correction |", "|---|---|---|---|---|"]
+    for p in pairs:
+        lines.append(f"| {p['fovea']} | {p['twin']} | {p['tau_ratio']:.3f} | {p['speed_ratio']:.3f}x | "
+                     f"{p['speed_ratio_free_correction']:.3f}x |")
+    return "\n".join(lines) + "\n"
+
+
+def write_cost_split(out: Path, split: dict, meta: dict) -> str:
+    out.mkdir(parents=True, exist_ok=True)
+    md = cost_split_markdown(split, meta)
+    (out / "results.json").write_text(json.dumps({"meta": meta, "split": split}, indent=1))
+    (out / "results.md").write_text(md)
+    return md
 
 
 def _call_ms(fn) -> float:

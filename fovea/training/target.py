@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -434,6 +435,8 @@ def main(argv=None) -> None:
         set_attention(model, "eager")
     model.to(device), aux.to(device)
     save_config_json(run, "train_config.json", cfg)
+    # the options train_config.json does not hold (focus tasks, --init-from, ...): every launch's command line
+    append_jsonl(run / "launches.jsonl", {"step": step, "argv": list(sys.argv[1:] if argv is None else argv)})
     # bf16 autocast only where the hardware has it: on AVX2-only CPUs it runs ~24x slower (NOTES)
     autocast, bf16 = bf16_autocast(device, args.autocast)
     tqdm.write(f"target: training steps in {'bf16 autocast' if bf16 else 'fp32'} on {device}")
@@ -542,7 +545,7 @@ def export(model, tokenizer, out: Path, cfg: TargetTrainConfig, step: int, aux: 
     if aux is not None:
         save_file({k: v.detach().half().contiguous() for k, v in aux.state_dict().items()},
                   str(out / "aux_heads.safetensors"))
-    for name in ("eval.jsonl", "curves.jsonl"):
+    for name in ("eval.jsonl", "curves.jsonl", "launches.jsonl"):
         if run_dir is not None and (run_dir / name).exists():
             (out / name.replace("eval", "eval_log")).write_text((run_dir / name).read_text())
 
