@@ -162,6 +162,8 @@ def test_target_command_trains_packs_turns_and_exports_a_loadable_target(tmp_pat
     assert all(r["ground"] > 0 and r["lm"] > 0 and r["drill"] > 0 for r in log[1:])   # drills: a second loss
     config = json.loads((out / "train_config.json").read_text())
     assert config["aux_families"] == ["ocr", "chart"] and config["ground_layers"] == [1]
+    launch = json.loads((out / "launches.jsonl").read_text().splitlines()[-1])   # what train_config cannot hold
+    assert launch["step"] == 0 and launch["argv"][launch["argv"].index("--turns") + 1] == "3"
     target = load_target(out)
     assert target.model.config._attn_implementation == "sdpa"         # eager only while training
     assert target.prompt_order == "question_first" and target.memory_grid == (12, 12)
