@@ -142,6 +142,9 @@ def test_cost_split_times_each_fovea_setting_beside_its_twin_and_bounds_a_free_c
         assert m["decode_ms_per_token"] == pytest.approx(m["round_ms"] * m["rounds"] / m["tokens"])
     for p in split["pairs"]:
         assert p["speed_ratio_free_correction"] > p["speed_ratio"] > 0
+        assert set(p["families"]) == set(split["families"]) and len(split["families"]) == 2   # 2 questions
+    fams = split["per_family"]                             # the pooled rounds are the families' rounds
+    assert all(sum(fams[f][m]["rounds"] for f in fams) == methods[m]["rounds"] for m in methods)
     assert set(CORRECTION_STAGES) >= {"draft/retrieval", "draft/correction"}
     assert "with a free correction" in (tmp_path / "results.md").read_text()
 

@@ -95,8 +95,11 @@ CONTROL_VARIANTS = (*((m, {"retrieval": {"mode": m}}) for m in CONTROLS),
                     ("all", {"correction": {"max_depth": ALL_DEPTHS}}),
                     *((f"{m}_all", {"retrieval": {"mode": m}, "correction": {"max_depth": ALL_DEPTHS}}) for m in CONTROLS))
 # dynamic depth (TreeConfig.stop_below), applied to the twins too: the tree default serves every drafter
-STOPS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)     # 0: fixed depth
+STOPS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)     # 0: fixed depth
 STOP_VARIANTS = tuple((f"stop{t:g}", {"tree": {"stop_below": t}}) for t in STOPS)
+# the stop sweep also runs the text-context drafter corrected where unsure: a surer drafter draws more levels
+# under the same threshold (assets/results/cost_split), so it may want a later stop than its twin
+STOP_PAIRS = (*SWEEP_PAIRS, ("fovea_text_triggered", "no_correction_text"))
 
 
 def pair_sweep_methods(variants, pairs=SWEEP_PAIRS, twins_too: bool = False) -> dict[str, Method]:

@@ -76,52 +76,61 @@ CORRECTION_STAGES = ("draft/trigger", "draft/retrieval", "draft/correction")
 
 def cost_split(pipe, samples, table: dict, base: FoveaConfig, pairs=COST_PAIRS) -> dict:
     """Where each method of `pairs` spends a decode round, all methods interleaved per question (order
-    rotated), each with its own Clock: per-round ms of every stage, drafter expansions and corrected levels
-    per round, tau, and decode ms per generated token (the rounds' stages over their tokens, prefill
-    excluded). Per pair, FOVEA's decode speed over its twin's as measured, and with the stages only FOVEA
-    runs (CORRECTION_STAGES) taken as free: whether a cheaper correction alone could reach a speed bar,
-    given how many levels, nodes and tokens FOVEA's rounds have."""
+    rotated), each with its own Clock per task family: per-round ms of every stage, drafter expansions and
+    corrected levels per round, tau, and decode ms per generated token (the rounds' stages over their
+    tokens, prefill excluded). Per pair, pooled and per family, FOVEA's decode speed over its twin's as
+    measured, and with the stages only FOVEA runs (CORRECTION_STAGES) taken as free: whether a cheaper
+    correction alone could reach a speed bar, given how many levels, nodes and tokens FOVEA's rounds have."""
     from fovea.bench.methods import strategy_for
 
     pairs = [p for p in pairs if all(table[m].drafter in pipe.drafters for m in p)]
     methods = list(dict.fromkeys(m for p in pairs for m in p))
     prompts = [pipe.target.prepare(s.image, s.question) for s in samples]
+    families = sorted({s.family for s in samples})
     strategies = {m: strategy_for(pipe, table[m]) for m in methods}
     for m in methods:                                                # warm-up: first-call allocations
         run(pipe.target, strategies[m], prompts[0], base)
-    clocks = {m: Clock() for m in methods}
-    rounds = {m: 0 for m in methods}
-    tokens = {m: 0 for m in methods}
-    taus: dict[str, list[int]] = {m: [] for m in methods}
-    for i, p in enumerate(prompts):
+    clocks = {(m, f): Clock() for m in methods for f in families}
+    rounds = {key: 0 for key in clocks}
+    taus: dict[tuple, list[int]] = {key: [] for key in clocks}
+    for i, (p, s) in enumerate(zip(prompts, samples)):
         for m in interleaved_order(methods, i):
-            clocks[m].start()
-            result = run(pipe.target, strategies[m], p, base, clock=clocks[m])
-            rounds[m] += len(result.iterations)
-            tokens[m] += sum(result.accept_lengths)
-            taus[m] += result.accept_lengths
-    per_method = {}
-    for m in methods:
-        c, n = clocks[m], max(1, rounds[m])
+            key = (m, s.family)
+            clocks[key].start()
+            result = run(pipe.target, strategies[m], p, base, clock=clocks[key])
+            rounds[key] += len(result.iterations)
+            taus[key] += result.accept_lengths
+
+    def summary(m: str, fams) -> dict:
+        n = max(1, sum(rounds[(m, f)] for f in fams))
         stages: dict[str, float] = {}
-        for (stage, _), seconds in c.seconds.items():
-            stages[stage] = stages.get(stage, 0.0) + 1e3 * seconds / n
-        round_ms = sum(stages.values())
-        per_method[m] = {
-            "rounds": rounds[m], "tokens": tokens[m], "tau_with_bonus": statistics.mean(taus[m]) if taus[m] else 0.0,
-            "per_round_ms": stages, "round_ms": round_ms,
-            "expansions_per_round": sum(v for k, v in c.calls.items() if k[0] == "draft/blocks") / n,
-            "corrected_levels_per_round": sum(v for k, v in c.calls.items() if k[0] == "draft/correction") / n,
-            "decode_ms_per_token": round_ms * n / max(1, tokens[m]),
-            "correction_ms_per_round": sum(stages.get(k, 0.0) for k in CORRECTION_STAGES)}
-    out = []
-    for fovea, twin in pairs:
-        f, t = per_method[fovea], per_method[twin]
-        free = (f["round_ms"] - f["correction_ms_per_round"]) * max(1, f["rounds"]) / max(1, f["tokens"])
-        out.append({"fovea": fovea, "twin": twin, "tau_ratio": f["tau_with_bonus"] / max(1e-9, t["tau_with_bonus"]),
-                    "speed_ratio": t["decode_ms_per_token"] / f["decode_ms_per_token"],
-                    "speed_ratio_free_correction": t["decode_ms_per_token"] / free})
-    return {"questions": len(prompts), "methods": per_method, "pairs": out}
+        expansions = corrected = 0
+        for f in fams:
+            c = clocks[(m, f)]
+            for (stage, _), seconds in c.seconds.items():
+                stages[stage] = stages.get(stage, 0.0) + 1e3 * seconds / n
+            expansions += sum(v for k, v in c.calls.items() if k[0] == "draft/blocks")
+            corrected += sum(v for k, v in c.calls.items() if k[0] == "draft/correction")
+        accepted = [a for f in fams for a in taus[(m, f)]]
+        round_ms, tokens = sum(stages.values()), max(1, sum(accepted))
+        return {"rounds": n, "tokens": tokens, "tau_with_bonus": statistics.mean(accepted) if accepted else 0.0,
+                "per_round_ms": stages, "round_ms": round_ms, "expansions_per_round": expansions / n,
+                "corrected_levels_per_round": corrected / n, "decode_ms_per_token": round_ms * n / tokens,
+                "correction_ms_per_round": sum(stages.get(k, 0.0) for k in CORRECTION_STAGES)}
+
+    def compare(f: dict, t: dict) -> dict:
+        free = (f["round_ms"] - f["correction_ms_per_round"]) * f["rounds"] / f["tokens"]
+        return {"tau_ratio": f["tau_with_bonus"] / max(1e-9, t["tau_with_bonus"]),
+                "speed_ratio": t["decode_ms_per_token"] / f["decode_ms_per_token"],
+                "speed_ratio_free_correction": t["decode_ms_per_token"] / free}
+
+    per_method = {m: summary(m, families) for m in methods}
+    per_family = {fam: {m: summary(m, [fam]) for m in methods} for fam in families}
+    out = [{"fovea": f, "twin": t, **compare(per_method[f], per_method[t]),
+            "families": {fam: compare(per_family[fam][f], per_family[fam][t]) for fam in families}}
+           for f, t in pairs]
+    return {"questions": len(prompts), "families": families, "methods": per_method, "per_family": per_family,
+            "pairs": out}
 
 
 def cost_split_markdown(split: dict, meta: dict) -> str:
@@ -145,10 +154,14 @@ def cost_split_markdown(split: dict, meta: dict) -> str:
     lines += ["", "Per pair: FOVEA's decode speed over its twin's as measured, and with the stages only FOVEA runs "
                   "(trigger, retrieval, correction) taken as free. The second is the most any cheaper correction "
                   "could give with these rounds: the same levels, tree nodes and accepted tokens.", "",
-              "| FOVEA | twin | tau ratio | speed ratio | with a free correction |", "|---|---|---|---|---|"]
+              "| FOVEA | twin | tau ratio | speed ratio | with a free correction | "
+              + " | ".join(f"{fam}: tau / speed / free" for fam in split["families"]) + " |",
+              "|" + "---|" * (5 + len(split["families"]))]
     for p in pairs:
+        fams = [f"{c['tau_ratio']:.2f} / {c['speed_ratio']:.2f}x / {c['speed_ratio_free_correction']:.2f}x"
+                for c in p["families"].values()]
         lines.append(f"| {p['fovea']} | {p['twin']} | {p['tau_ratio']:.3f} | {p['speed_ratio']:.3f}x | "
-                     f"{p['speed_ratio_free_correction']:.3f}x |")
+                     f"{p['speed_ratio_free_correction']:.3f}x | " + " | ".join(fams) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from fovea.bench.methods import (CONTROL_VARIANTS, DEPTH_VARIANTS, METHODS, RETRIEVAL_VARIANTS, STOP_VARIANTS, SWEEP_DRAFTERS, SWEEP_PAIRS,
+from fovea.bench.methods import (CONTROL_VARIANTS, DEPTH_VARIANTS, METHODS, RETRIEVAL_VARIANTS, STOP_PAIRS, STOP_VARIANTS, SWEEP_DRAFTERS, SWEEP_PAIRS,
                                  TREE_SHAPES, TRIGGER_VARIANTS, Method, pair_sweep_methods, run_method,
                                  tree_sweep_methods)
 from fovea.bench.report import pair_sweep_markdown, tree_sweep_markdown
@@ -127,7 +127,8 @@ def pair_sweep(args, pipe, base: FoveaConfig, kind: str) -> str:
     """FOVEA under decode-time variants (PAIR_SWEEPS[kind]) beside its twin, per drafter context the
     pipeline has, on tuning questions."""
     variants, folder, legend, twins_too = PAIR_SWEEPS[kind]
-    pairs = tuple(p for p in SWEEP_PAIRS if p[0] in pipe.drafters and p[1] in pipe.drafters)
+    pairs = tuple(p for p in (STOP_PAIRS if kind == "stop" else SWEEP_PAIRS)
+                  if all(METHODS[m].drafter in pipe.drafters for m in p))
     labels = [label for label, _ in variants]
     return _sweep(args, pipe, base, pair_sweep_methods(variants, pairs, twins_too), folder,
                   {"sweep": kind, "variants": [[label, o] for label, o in variants], "pairs": [list(p) for p in pairs]},
