@@ -135,8 +135,7 @@ def cost_split(pipe, samples, table: dict, base: FoveaConfig, pairs=COST_PAIRS) 
 
 def cost_split_markdown(split: dict, meta: dict) -> str:
     methods, pairs = split["methods"], split["pairs"]
-    stages = [s for s in (*DRAFT_STAGES, "draft/setup", "draft/select", "verify", "commit/target", "commit/drafter")
-              if any(s in m["per_round_ms"] for m in methods.values())]
+    stages = [s for s in ROUND_STAGES if any(s in m["per_round_ms"] for m in methods.values())]
     lines = [f"Cost split {meta['date']} on {meta['machine']}; {split['questions']} tuning questions "
              f"(fovea.data.tuning_seeds), max {meta['max_new_tokens']} new tokens, greedy, every method interleaved "
              f"per question. Command: `{meta['command']}`", "",

@@ -102,14 +102,11 @@ def pair_sweep_markdown(summary: dict, meta: dict, kind: str, legend: str, label
              f"(fovea.data.tuning_seeds, disjoint from the benchmark's), max {meta['max_new_tokens']} new tokens, "
              f"greedy; took {meta['run_minutes']} min. Command: `{meta['command']}`", "", legend, "",
              "| method | speedup | tau (+bonus) | over the twin | lossless |", "|---|---|---|---|---|"]
-    best, shown = {}, set()
+    best = {}
     for fovea, twin in pairs:
         ref = allf[twin]["speedup_ratio_of_medians"]
         swept = tuple(d for d in ((fovea, twin) if twins_too else (fovea,)) if d not in best)  # a twin of two pairs once
         for name in (twin, fovea, *[f"{d}@{label}" for d in swept for label in labels]):
-            if name in shown and name != twin:
-                continue
-            shown.add(name)
             m = allf[name]
             lines.append(f"| {name} | {m['speedup_ratio_of_medians']:.2f}x | {m['tau_with_bonus']:.2f} | "
                          f"{m['speedup_ratio_of_medians'] / ref:.3f}x | {'yes' if m['lossless'] else 'NO'} |")

@@ -101,34 +101,33 @@ def tree_sweep(args, pipe, base: FoveaConfig) -> str:
                   {"shapes": [list(s) for s in TREE_SHAPES], "drafters": list(SWEEP_DRAFTERS)}, tree_sweep_markdown)
 
 
-PAIR_SWEEPS = {   # name: (variants, default folder, what @label means, the twins run the variants too)
+PAIR_SWEEPS = {   # name: (variants, default folder, what @label means, the twins run the variants too, (FOVEA, twin) pairs)
     "trigger": (TRIGGER_VARIANTS, "assets/results/trigger_sweep",
                 "FOVEA@triggerT: the correction at every depth, only where the uncorrected head's top-1 probability "
-                "is below T (T = 1: every state).", False),
+                "is below T (T = 1: every state).", False, SWEEP_PAIRS),
     "retrieval": (RETRIEVAL_VARIANTS, "assets/results/retrieval_sweep",
                   "FOVEA@rhoR: cumulative mass R (the paper and the training: 0.8); kmin1: K_min 1; kmax64: K_max 64 "
-                  "(default K in [4, 32]); the same trained drafters, decode-time settings only.", False),
+                  "(default K in [4, 32]); the same trained drafters, decode-time settings only.", False, SWEEP_PAIRS),
     "depth": (DEPTH_VARIANTS, "assets/results/depth_sweep",
               "FOVEA@depthD: the correction at tree depths <= D (the paper: 1; the root's state is depth 0); all: every "
               "depth; all_trigger0.5: every depth, only where the uncorrected head's top-1 probability is below 0.5.",
-              False),
+              False, SWEEP_PAIRS),
     "controls": (CONTROL_VARIANTS, "assets/results/controls_sweep",
                  "FOVEA@mode: the retrieval control `mode` in place of the cumulative-mass rule, correction at depth <= 1 "
                  "(the paper); all: FOVEA corrected at every depth; mode_all: the control with every depth corrected.",
-                 False),
+                 False, SWEEP_PAIRS),
     "stop": (STOP_VARIANTS, "assets/results/stop_sweep",
              "@stopT: dynamic depth, drafting stops below a level whose best path has a draft probability under T "
              "(0: fixed depth; TreeConfig.stop_below; the default tree otherwise), for FOVEA and its twin "
-             "alike.", True),
+             "alike.", True, STOP_PAIRS),
 }
 
 
 def pair_sweep(args, pipe, base: FoveaConfig, kind: str) -> str:
     """FOVEA under decode-time variants (PAIR_SWEEPS[kind]) beside its twin, per drafter context the
     pipeline has, on tuning questions."""
-    variants, folder, legend, twins_too = PAIR_SWEEPS[kind]
-    pairs = tuple(p for p in (STOP_PAIRS if kind == "stop" else SWEEP_PAIRS)
-                  if all(METHODS[m].drafter in pipe.drafters for m in p))
+    variants, folder, legend, twins_too, sweep_pairs = PAIR_SWEEPS[kind]
+    pairs = tuple(p for p in sweep_pairs if all(METHODS[m].drafter in pipe.drafters for m in p))
     labels = [label for label, _ in variants]
     return _sweep(args, pipe, base, pair_sweep_methods(variants, pairs, twins_too), folder,
                   {"sweep": kind, "variants": [[label, o] for label, o in variants], "pairs": [list(p) for p in pairs]},
