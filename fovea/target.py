@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fovea.cache import compact_tail
+from fovea.cache import compact_tail, stacked_cache_for
 
 
 @dataclass
@@ -96,9 +96,7 @@ class HFVisionTarget:
 
     @torch.no_grad()
     def prefill(self, prompt: Prompt) -> tuple[TargetState, TargetOutput]:
-        from transformers import DynamicCache
-
-        cache = DynamicCache(config=self.model.config.get_text_config())
+        cache = stacked_cache_for(self.model, self.model.config.get_text_config())
         out = self.model.model(input_ids=prompt.input_ids.to(self.device), cache=cache, use_cache=True,
                                **_on(prompt.model_inputs, self.device))
         state = TargetState(cache=cache, length=prompt.input_ids.shape[1])

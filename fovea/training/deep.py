@@ -1,0 +1,300 @@
+"""`python -m fovea.train deep`: a deep bundled target (target v3) distilled from a shallow teacher.
+
+The student is the teacher's LLaVA with a deeper Llama decoder: it keeps the teacher's vision tower,
+projector, embeddings and LM head (frozen: the student reads the same visual tokens and writes into the
+same vocabulary space) and trains only its decoder layers and final norm. Its decoder starts either
+from random initialisation (`--init random`) or from the teacher's layers stacked: each teacher layer
+copied L/T times with its residual writes (o_proj, down_proj) scaled by T/L (`--init stack`), so every
+copy does a share of the work from the first step.
+
+Loss = the target recipe's weighted next-token cross-entropy on answer tokens (mention and stress
+tokens up-weighted)
+     + kd_weight x KL(teacher || student) of the next-token distributions on the same answer tokens
+     + hidden_weight x the normalised squared distance between the student's stream after layer
+       (k+1)L/T - 1 and the teacher's after layer k, on every non-padding position (image tokens
+       included: that is where the lookups are prepared), for k = 0..T-1.
+The last term gives each group of L/T student layers the work of one teacher layer; no subset of
+every (L/T)-th layer is asked to carry the function (`python -m fovea.train layer-use` checks it).
+
+Knows nothing about speculative decoding. Writes checkpoints (resume), log.jsonl, curves.jsonl
+(teacher-forced probe) and eval.jsonl (greedy accuracy) in --run-dir, and an fp16 export to --out.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from fovea.models.bundled import DEFAULT_TARGET_DIR, load_tokenizer
+from fovea.training.common import (AUTOCAST_CHOICES, Checkpointer, Timer, add_config_args, append_jsonl,
+                                   bf16_autocast, config_from_args)
+from fovea.training.target import (AuxHeads, TargetTrainConfig, drill_batch, evaluate, export, lr_wsd, parse_focus,
+                                   probe, stop_on_sigterm, to_device, training_batch, weighted_lm_loss)
+
+INITS = ("random", "stack")
+# what the student takes from the teacher unchanged and never trains (its decoder layers and final norm train)
+FROZEN_PREFIXES = ("model.vision_tower.", "model.multi_modal_projector.", "model.language_model.embed_tokens.",
+                   "lm_head.")
+
+
+@dataclass(frozen=True)
+class DeepTargetConfig:
+    layers: int = 16                # student decoder layers (a multiple of the teacher's)
+    intermediate_size: int = 512    # student MLP width (hidden size, heads and vocabulary are the teacher's)
+    init: str = "random"            # random | stack (see the module docstring)
+    batch_size: int = 8             # images per step
+    turns: int = 4                  # question/answer turns packed per image
+    lr: float = 1e-3
+    weight_decay: float = 0.05
+    warmup: int = 100
+    total_steps: int = 20000        # the LR schedule length; training may stop earlier on --minutes
+    decay_frac: float = 0.2         # warmup-stable-decay: the LR decays over the last decay_frac of total_steps
+    mention_weight: float = 3.0
+    stress_weight: float = 6.0
+    kd_weight: float = 1.0          # KL(teacher || student) on answer tokens
+    hidden_weight: float = 1.0      # the student's stream every L/T layers against the teacher's per layer
+    drill_rows: int = 0             # text-only chart-value drills per step (distilled like the images)
+    seed: int = 0
+
+
+def build_student(teacher, cfg: DeepTargetConfig):
+    """The student LLaVA: the teacher's config with `cfg.layers` decoder layers of MLP width
+    `cfg.intermediate_size`; vision tower, projector, embeddings and LM head copied and frozen; the
+    decoder initialised per `cfg.init`. Returns the model in train mode (float32, sdpa)."""
+    import copy
+
+    from transformers import LlavaForConditionalGeneration
+
+    t_layers = teacher.config.text_config.num_hidden_layers
+    if cfg.init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {cfg.init!r}")
+    if cfg.layers < t_layers or cfg.layers % t_layers:
+        raise ValueError(f"the student's layers ({cfg.layers}) must be a multiple of the teacher's ({t_layers})")
+    if cfg.init == "stack" and cfg.intermediate_size != teacher.config.text_config.intermediate_size:
+        raise ValueError("--init stack copies the teacher's layers: keep its intermediate size "
+                         f"({teacher.config.text_config.intermediate_size})")
+    config = copy.deepcopy(teacher.config)
+    config.text_config.num_hidden_layers = cfg.layers
+    config.text_config.intermediate_size = cfg.intermediate_size
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(cfg.seed)
+    student = LlavaForConditionalGeneration(config)
+    own = student.state_dict()
+    shared = {k: v for k, v in teacher.state_dict().items()
+              if k.startswith(FROZEN_PREFIXES) or k == "model.language_model.norm.weight"}
+    if cfg.init == "stack":
+        shared.update(stacked_layers(teacher, cfg.layers))
+    own.update(shared)
+    student.load_state_dict(own)
+    for name, p in student.named_parameters():
+        p.requires_grad_(not name.startswith(FROZEN_PREFIXES))
+    return student.train()
+
+
+def stacked_layers(teacher, layers: int) -> dict:
+    """The `stack` init: student layer i is teacher layer i // r (r = layers / teacher layers) with
+    o_proj and down_proj scaled by 1/r, so r copies together write about what the one original wrote."""
+    r = layers // teacher.config.text_config.num_hidden_layers
+    out = {}
+    for i in range(layers):
+        prefix = f"model.language_model.layers.{i // r}."
+        for k, v in teacher.state_dict().items():
+            if k.startswith(prefix):
+                scale = 1.0 / r if k.endswith(("o_proj.weight", "down_proj.weight")) else 1.0
+                out[f"model.language_model.layers.{i}." + k[len(prefix):]] = v.clone() * scale
+    return out
+
+
+class LayerOutputs:
+    """Forward hooks that keep each decoder layer's output stream [B, T, D] of the last forward."""
+
+    def __init__(self, model):
+        self.outputs: list = [None] * len(model.model.language_model.layers)
+        self.handles = [layer.register_forward_hook(self._keep(i))
+                        for i, layer in enumerate(model.model.language_model.layers)]
+
+    def _keep(self, i: int):
+        def hook(_module, _inputs, output):
+            self.outputs[i] = output[0] if isinstance(output, tuple) else output
+        return hook
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """KL(teacher || student) of logits [B, T, V] at positions with weight > 0 [B, T], averaged."""
+    on = weights > 0
+    if not on.any():
+        return student_logits.sum() * 0.0
+    log_s = F.log_softmax(student_logits[on].float(), -1)
+    log_t = F.log_softmax(teacher_logits[on].float(), -1)
+    return F.kl_div(log_s, log_t, log_target=True, reduction="batchmean")
+
+
+def hidden_loss(student_out: list, teacher_out: list, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over teacher layers k of ||s_k - t_k||^2 / ||t_k||^2 on valid positions (mask [B, T]),
+    s_k being the student's stream after layer (k+1)r - 1."""
+    r = len(student_out) // len(teacher_out)
+    on = mask.bool()
+    losses = []
+    for k, t in enumerate(teacher_out):
+        s, t = student_out[(k + 1) * r - 1][on].float(), t[on].float()
+        losses.append((s - t).pow(2).sum(-1).mean() / t.pow(2).sum(-1).mean().clamp_min(1e-6))
+    return torch.stack(losses).mean()
+
+
+def distill_step(student, teacher, hooks: tuple[LayerOutputs, LayerOutputs], batch: dict,
+                 cfg: DeepTargetConfig) -> dict:
+    """One step's losses {lm, kd, hidden, total} on a packed image batch."""
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
+              "pixel_values": batch["pixel_values"]}
+    with torch.no_grad():
+        t_logits = teacher.lm_head(teacher.model(**inputs).last_hidden_state[:, :-1])
+    s_logits = student.lm_head(student.model(**inputs).last_hidden_state[:, :-1])
+    lm = weighted_lm_loss(s_logits, batch)
+    kd = kd_loss(s_logits, t_logits, batch["weights"][:, 1:])
+    hid = hidden_loss(hooks[0].outputs, hooks[1].outputs, batch["attention_mask"])
+    return {"lm": lm, "kd": kd, "hidden": hid,
+            "total": lm + cfg.kd_weight * kd + cfg.hidden_weight * hid}
+
+
+def drill_distill(student, teacher, batch: dict) -> torch.Tensor:
+    """The text-only drills: cross-entropy plus KL to the teacher on their answers."""
+    kw = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    with torch.no_grad():
+        t_logits = teacher.lm_head(teacher.model.language_model(**kw).last_hidden_state[:, :-1])
+    s_logits = student.lm_head(student.model.language_model(**kw).last_hidden_state[:, :-1])
+    return weighted_lm_loss(s_logits, batch) + kd_loss(s_logits, t_logits, batch["weights"][:, 1:])
+
+
+def load_teacher(folder: Path):
+    from safetensors.torch import load_file
+    from transformers import LlavaForConditionalGeneration
+
+    teacher = LlavaForConditionalGeneration.from_pretrained(str(folder), dtype=torch.float32,
+                                                            attn_implementation="sdpa").eval()
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    aux = AuxHeads(teacher.config.text_config.hidden_size)
+    path = folder / "aux_heads.safetensors"
+    if path.exists():   # the frozen vision tower's probe heads (curves' probe/* columns)
+        aux.load_state_dict({k: v.float() for k, v in load_file(str(path)).items()}, strict=False)
+    return teacher, aux.eval()
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m fovea.train deep", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--teacher", type=Path, default=DEFAULT_TARGET_DIR, help="the exported shallow target")
+    p.add_argument("--out", type=Path, default=Path("runs/target_v3_export"), help="where the fp16 export goes")
+    p.add_argument("--run-dir", type=Path, default=Path("runs/target_v3"), help="checkpoints + logs (resume)")
+    p.add_argument("--minutes", type=float, default=60.0, help="stop after this much wall time")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--autocast", default="auto", choices=AUTOCAST_CHOICES,
+                   help="auto: bf16 on CUDA and AMX CPUs, fp32 elsewhere (AVX2-only CPUs run bf16 ~24x slower)")
+    p.add_argument("--probe-every", type=int, default=50)
+    p.add_argument("--eval-every", type=int, default=500)
+    p.add_argument("--eval-n", type=int, default=4, help="questions per task in the periodic generation eval")
+    p.add_argument("--save-every", type=int, default=50)
+    p.add_argument("--focus-tasks", nargs="+", default=[], metavar="FAMILY/TASK")
+    p.add_argument("--focus-share", type=float, default=0.5)
+    add_config_args(p, DeepTargetConfig)
+    args = p.parse_args(argv)
+    if args.init not in INITS:
+        p.error(f"--init must be one of {INITS}, got {args.init!r}")
+    if args.layers < 1 or args.intermediate_size < 1 or args.batch_size < 1 or args.turns < 1:
+        p.error("--layers, --intermediate-size, --batch-size and --turns must be >= 1")
+    if args.minutes <= 0 or not 0.0 <= args.focus_share <= 1.0:
+        p.error("--minutes must be > 0 and --focus-share in [0, 1]")
+    if min(args.kd_weight, args.hidden_weight, args.mention_weight, args.stress_weight) < 0:
+        p.error("loss weights must be >= 0")
+    if not (args.teacher / "config.json").exists():
+        p.error(f"--teacher {args.teacher}: no exported target there (config.json missing)")
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    cfg = config_from_args(args, DeepTargetConfig)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    focus = parse_focus(args.focus_tasks)
+    device = torch.device(args.device)
+    run = args.run_dir
+    run.mkdir(parents=True, exist_ok=True)
+    tokenizer = load_tokenizer(args.teacher)
+    teacher, aux = load_teacher(args.teacher)
+    try:
+        student = build_student(teacher, cfg)
+    except ValueError as e:
+        raise SystemExit(str(e))
+    params = [p for p in student.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    ckpt = Checkpointer(run)
+    step, extra = ckpt.load({"model": student, "opt": opt})
+    student.to(device), teacher.to(device), aux.to(device)
+    hooks = (LayerOutputs(student), LayerOutputs(teacher))
+    # the shipped target's batches and drills (the same generator, weights and packing)
+    recipe = TargetTrainConfig(batch_size=cfg.batch_size, turns=cfg.turns, mention_weight=cfg.mention_weight,
+                               stress_weight=cfg.stress_weight, drill_rows=cfg.drill_rows)
+    (run / "train_config.json").write_text(__import__("json").dumps(
+        {**asdict(cfg), "teacher": str(args.teacher)}, indent=2, sort_keys=True))
+    append_jsonl(run / "launches.jsonl", {"step": step, "argv": list(sys.argv[1:] if argv is None else argv)})
+    autocast, bf16 = bf16_autocast(device, args.autocast)
+    n_train = sum(p.numel() for p in params)
+    tqdm.write(f"deep target: {cfg.layers} layers ({n_train / 1e6:.1f}M trainable), init {cfg.init}, "
+               f"{'bf16 autocast' if bf16 else 'fp32'} on {device}")
+    timer, bar = Timer(), tqdm(initial=step, total=cfg.total_steps, desc="deep", dynamic_ncols=True)
+    stop = stop_on_sigterm()
+    if step == 0:
+        append_jsonl(run / "curves.jsonl", {"step": 0, "minutes": 0.0, **probe(student, aux, tokenizer)})
+    while step < cfg.total_steps and timer.minutes() < args.minutes and not stop:
+        lr = lr_wsd(step, cfg)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        batch = to_device(training_batch(step, recipe, tokenizer, student, focus, args.focus_share), device)
+        with autocast:
+            losses = distill_step(student, teacher, hooks, batch, cfg)
+            total = losses["total"]
+            if cfg.drill_rows:
+                drill = to_device(drill_batch(step, recipe, tokenizer, student), device)
+                losses["drill"] = drill_distill(student, teacher, drill)
+                total = total + losses["drill"]
+        opt.zero_grad(set_to_none=True)
+        total.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        step += 1
+        bar.update(1)
+        bar.set_postfix(lm=f"{losses['lm'].item():.3f}", kd=f"{losses['kd'].item():.3f}",
+                        hid=f"{losses['hidden'].item():.3f}")
+        append_jsonl(run / "log.jsonl", {"step": step, **{k: round(v.item(), 4) for k, v in losses.items()},
+                                         "lr": lr, "minutes": round(timer.minutes(), 2)})
+        if step % args.save_every == 0:
+            ckpt.save(step, {"model": student, "opt": opt})
+        if step % args.probe_every == 0:
+            append_jsonl(run / "curves.jsonl", {"step": step, "minutes": round(timer.minutes(), 2),
+                                                **probe(student, aux, tokenizer)})
+        if step % args.eval_every == 0:
+            acc = evaluate(student, tokenizer, n_per_task=args.eval_n)
+            append_jsonl(run / "eval.jsonl", {"step": step, **acc, "sum": round(sum(acc.values()), 3)})
+            tqdm.write(f"step {step}: sum {sum(acc.values()):.2f} {acc}")
+    ckpt.save(step, {"model": student, "opt": opt})
+    hooks[0].remove(), hooks[1].remove()
+    export(student.cpu().float(), tokenizer, args.out, cfg, step, run_dir=run)
+    if (args.teacher / "aux_heads.safetensors").exists():   # the frozen vision tower's heads travel with it
+        import shutil
+        shutil.copy(args.teacher / "aux_heads.safetensors", args.out / "aux_heads.safetensors")
+    tqdm.write(f"exported step {step} to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
