@@ -13,6 +13,8 @@ tokens up-weighted)
      + hidden_weight x the normalised squared distance between the student's stream after layer
        (k+1)L/T - 1 and the teacher's after layer k, on every non-padding position (image tokens
        included: that is where the lookups are prepared), for k = 0..T-1.
+With `kd_gate`, the last two terms apply only to sequences whose answer tokens the teacher predicts
+right (teacher-forced argmax), so the student learns layouts the teacher misreads from the labels alone.
 The last term gives each group of L/T student layers the work of one teacher layer; no subset of
 every (L/T)-th layer is asked to carry the function (`python -m fovea.train layer-use` checks it).
 
@@ -58,6 +60,7 @@ class DeepTargetConfig:
     stress_weight: float = 6.0
     kd_weight: float = 1.0          # KL(teacher || student) on answer tokens
     hidden_weight: float = 1.0      # the student's stream every L/T layers against the teacher's per layer
+    kd_gate: bool = True            # distil (KL and hidden) only on rows whose answers the teacher gets right
     drill_rows: int = 0             # text-only chart-value drills per step (distilled like the images)
     seed: int = 0
 
@@ -143,6 +146,8 @@ def hidden_loss(student_out: list, teacher_out: list, mask: torch.Tensor) -> tor
     s_k being the student's stream after layer (k+1)r - 1."""
     r = len(student_out) // len(teacher_out)
     on = mask.bool()
+    if not on.any():
+        return student_out[0].sum() * 0.0
     losses = []
     for k, t in enumerate(teacher_out):
         s, t = student_out[(k + 1) * r - 1][on].float(), t[on].float()
@@ -158,11 +163,22 @@ def distill_step(student, teacher, hooks: tuple[LayerOutputs, LayerOutputs], bat
     with torch.no_grad():
         t_logits = teacher.lm_head(teacher.model(**inputs).last_hidden_state[:, :-1])
     s_logits = student.lm_head(student.model(**inputs).last_hidden_state[:, :-1])
+    weights = batch["weights"][:, 1:]
+    rows = teacher_right(t_logits, batch) if cfg.kd_gate else torch.ones(weights.shape[0], dtype=torch.bool)
     lm = weighted_lm_loss(s_logits, batch)
-    kd = kd_loss(s_logits, t_logits, batch["weights"][:, 1:])
-    hid = hidden_loss(hooks[0].outputs, hooks[1].outputs, batch["attention_mask"])
-    return {"lm": lm, "kd": kd, "hidden": hid,
+    kd = kd_loss(s_logits, t_logits, weights * rows[:, None])
+    hid = hidden_loss(hooks[0].outputs, hooks[1].outputs, batch["attention_mask"] * rows[:, None])
+    return {"lm": lm, "kd": kd, "hidden": hid, "gated": (~rows).float().mean(),
             "total": lm + cfg.kd_weight * kd + cfg.hidden_weight * hid}
+
+
+def teacher_right(t_logits: torch.Tensor, batch: dict) -> torch.Tensor:
+    """[B] bool: the teacher's teacher-forced argmax equals the label at every answer token of the row."""
+    from fovea.data import IGNORE
+
+    labels, on = batch["labels"][:, 1:], batch["weights"][:, 1:] > 0
+    wrong = (t_logits.argmax(-1) != labels) & on & (labels != IGNORE)
+    return ~wrong.any(1)
 
 
 def drill_distill(student, teacher, batch: dict) -> torch.Tensor:

@@ -1,0 +1,106 @@
+"""The deep target's distillation (fovea.training.deep) and the layer-use measurement
+(fovea.training.layer_use), on tiny random models."""
+import dataclasses
+
+import pytest
+import torch
+
+from fovea.models import bundled
+from fovea.training.deep import (DeepTargetConfig, LayerOutputs, build_student, distill_step, hidden_loss,
+                                 stacked_layers, teacher_right)
+from fovea.training.layer_use import subnetwork, update_ratios
+from fovea.training.target import TargetTrainConfig, training_batch
+
+
+@pytest.fixture(scope="module")
+def teacher_and_tokenizer():
+    from fovea.data import iter_corpus_text
+
+    tok = bundled.train_tokenizer(iter_corpus_text(300), vocab_size=400)
+    sizes = dataclasses.replace(bundled.BundledModelConfig.from_name("tiny"), vocab_size=len(tok),
+                                prompt_order="question_first")
+    teacher = bundled.build_model(sizes, tok, seed=0)
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    return teacher, tok
+
+
+def _batch(model, tok, step=0):
+    recipe = TargetTrainConfig(batch_size=2, turns=1)
+    return training_batch(step, recipe, tok, model, [], 0.0)
+
+
+def test_stack_init_with_one_copy_per_layer_is_the_teacher(teacher_and_tokenizer):
+    teacher, tok = teacher_and_tokenizer
+    layers = teacher.config.text_config.num_hidden_layers
+    cfg = DeepTargetConfig(layers=layers, init="stack",
+                           intermediate_size=teacher.config.text_config.intermediate_size)
+    student = build_student(teacher, cfg).eval()
+    batch = _batch(teacher, tok)
+    kw = {k: batch[k] for k in ("input_ids", "attention_mask", "pixel_values")}
+    with torch.no_grad():
+        assert torch.allclose(student(**kw).logits, teacher(**kw).logits, atol=1e-5)
+
+
+def test_stacked_copies_split_the_residual_write(teacher_and_tokenizer):
+    teacher, _ = teacher_and_tokenizer
+    state = stacked_layers(teacher, 3 * teacher.config.text_config.num_hidden_layers)
+    original = teacher.state_dict()
+    for i in (0, 1, 2):   # copies of teacher layer 0
+        o = state[f"model.language_model.layers.{i}.self_attn.o_proj.weight"]
+        q = state[f"model.language_model.layers.{i}.self_attn.q_proj.weight"]
+        assert torch.allclose(o, original["model.language_model.layers.0.self_attn.o_proj.weight"] / 3)
+        assert torch.equal(q, original["model.language_model.layers.0.self_attn.q_proj.weight"])
+
+
+def test_student_trains_only_its_decoder_and_distils_each_layer_group(teacher_and_tokenizer):
+    teacher, tok = teacher_and_tokenizer
+    cfg = DeepTargetConfig(layers=2 * teacher.config.text_config.num_hidden_layers, intermediate_size=32)
+    student = build_student(teacher, cfg)
+    hooks = (LayerOutputs(student), LayerOutputs(teacher))
+    losses = distill_step(student, teacher, hooks, _batch(teacher, tok), cfg)
+    losses["total"].backward()
+    for name, p in student.named_parameters():
+        trained = name.startswith("model.language_model.layers.") or name == "model.language_model.norm.weight"
+        assert p.requires_grad == trained, name
+        assert (p.grad is not None) == trained, name
+    assert len(hooks[0].outputs) == 2 * len(hooks[1].outputs)
+    assert all(torch.isfinite(v) for v in losses.values())
+
+
+def test_hidden_loss_compares_the_last_layer_of_each_group():
+    t = [torch.randn(1, 3, 4) for _ in range(2)]
+    s = [torch.randn(1, 3, 4), t[0], torch.randn(1, 3, 4), t[1]]     # layers 1 and 3 end the groups
+    assert hidden_loss(s, t, torch.ones(1, 3)) == 0
+    assert hidden_loss(s[::-1], t, torch.ones(1, 3)) > 0
+    assert hidden_loss(s[::-1], t, torch.zeros(1, 3)) == 0           # every row gated off: no term
+
+
+def test_teacher_right_gates_rows_with_any_wrong_answer_token():
+    labels = torch.tensor([[0, 5, 6, 7], [0, 5, 6, 7]])
+    weights = torch.tensor([[0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 1.0]])
+    logits = torch.zeros(2, 3, 10)
+    logits[0, torch.arange(3), torch.tensor([1, 6, 7])] = 1.0   # row 0: right on the answer (pos 0 unweighted)
+    logits[1, torch.arange(3), torch.tensor([5, 6, 1])] = 1.0   # row 1: last answer token wrong
+    assert teacher_right(logits, {"labels": labels, "weights": weights}).tolist() == [True, False]
+
+
+def test_deep_student_rejects_a_depth_that_is_not_a_multiple(teacher_and_tokenizer):
+    teacher, _ = teacher_and_tokenizer
+    with pytest.raises(ValueError, match="multiple"):
+        build_student(teacher, DeepTargetConfig(layers=3))
+
+
+def test_layer_use_sees_an_identity_layer_as_zero_and_keeps_strided_subnetworks(teacher_and_tokenizer):
+    teacher, tok = teacher_and_tokenizer
+    cfg = DeepTargetConfig(layers=2 * teacher.config.text_config.num_hidden_layers, init="stack",
+                           intermediate_size=teacher.config.text_config.intermediate_size)
+    student = build_student(teacher, cfg).eval()
+    with torch.no_grad():   # layer 1 becomes an exact identity: no residual writes
+        student.model.language_model.layers[1].self_attn.o_proj.weight.zero_()
+        student.model.language_model.layers[1].mlp.down_proj.weight.zero_()
+    ratios = update_ratios(student, tok, n_per_family=1)
+    assert ratios[1] == 0 and min(ratios[:1] + ratios[2:]) > 0
+    sub = subnetwork(student, [0, 2])
+    assert len(sub.model.language_model.layers) == 2 == sub.config.text_config.num_hidden_layers
+    assert sub.model.language_model.layers[1].self_attn.layer_idx == 1
