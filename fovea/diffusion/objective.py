@@ -1,0 +1,42 @@
+"""The masked-diffusion training objective (LLaDA / MDLM) on the answer canvas.
+
+For each row draw t ~ U(0, 1), mask each canvas token independently with probability
+p = (1 - eps) t + eps (eps keeps p > 0, so 1/p is bounded), and take the cross-entropy on the masked
+positions only, each weighted 1/p, summed and divided by the number of canvas positions:
+
+    loss = 1/(B L) * sum_b sum_j [canvas_bj masked] * CE(logits_bj, target_bj) / p_b
+
+which is an upper bound on the negative log-likelihood of the canvas (the ELBO of masked
+diffusion). The prompt is never masked. Knows nothing about models or data.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+EPS = 1e-3
+
+
+def answer_canvas(answer_ids: list[int], length: int, eos_id: int) -> list[int]:
+    """An answer's token ids cut to length - 1, then EOS up to `length` (LLaDA's padding: the EOS
+    run is part of what the model learns to predict, so it predicts the answer's length)."""
+    ids = list(answer_ids)[: length - 1]
+    return ids + [eos_id] * (length - len(ids))
+
+
+def mask_canvas(canvas: torch.Tensor, mask_id: int, generator: torch.Generator | None = None,
+                eps: float = EPS) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(noisy canvas [B, L] with masked tokens set to mask_id, masked bool [B, L], p [B] the masking rate
+    of each row) for clean canvases [B, L]."""
+    b, length = canvas.shape
+    t = torch.rand(b, generator=generator)
+    p = (1 - eps) * t + eps                                                      # [B]
+    masked = torch.rand(b, length, generator=generator) < p[:, None]
+    return canvas.masked_fill(masked, mask_id), masked, p
+
+
+def diffusion_loss(logits: torch.Tensor, canvas: torch.Tensor, masked: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """The 1/p-weighted cross-entropy on masked positions (module doc): logits [B, L, V], clean
+    canvas [B, L], masked [B, L], p [B]."""
+    ce = F.cross_entropy(logits.flatten(0, 1).float(), canvas.flatten(), reduction="none").view(canvas.shape)
+    return (ce * masked / p[:, None]).sum() / canvas.numel()
