@@ -1,4 +1,4 @@
-"""`python -m fovea.train {target,deep,layer-use,drafter,assistant,evaluate,rebuild} [options]`: the training entry point.
+"""`python -m fovea.train {target,deep,layer-use,diffusion,drafter,assistant,evaluate,rebuild} [options]`: the training entry point.
 
 target  - train the bundled VLM from scratch on generated samples (fovea.training.target)
 drafter - train the FOVEA drafter and the no-correction baseline on the bundled target
@@ -8,6 +8,7 @@ assistant - the small assistant LM for transformers' `generate(assistant_model=.
 evaluate - held-out exact-answer accuracy of the bundled target (fovea.training.evaluate)
 deep    - a deep target (v3) distilled from the shipped shallow one (fovea.training.deep)
 layer-use - whether every decoder layer does real work (fovea.training.layer_use)
+diffusion - a masked-diffusion VLM adapted from the shipped target, for LATCH (fovea.training.diffusion)
 rebuild - retrain every shipped drafter and the assistant on a (new) target, in order
           (fovea.training.rebuild)
 All are seeded, resumable from their --run-dir, show tqdm progress, and write checkpoints, a
@@ -20,14 +21,16 @@ import sys
 
 def main(argv=None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("target", "deep", "layer-use", "drafter", "assistant", "evaluate", "rebuild"):
-        sys.exit("usage: python -m fovea.train {target,deep,layer-use,drafter,assistant,evaluate,rebuild} [--help]")
+    if not argv or argv[0] not in ("target", "deep", "layer-use", "diffusion", "drafter", "assistant", "evaluate", "rebuild"):
+        sys.exit("usage: python -m fovea.train {target,deep,layer-use,diffusion,drafter,assistant,evaluate,rebuild} [--help]")
     if argv[0] == "target":
         from fovea.training.target import main as run
     elif argv[0] == "deep":
         from fovea.training.deep import main as run
     elif argv[0] == "layer-use":
         from fovea.training.layer_use import main as run
+    elif argv[0] == "diffusion":
+        from fovea.training.diffusion import main as run
     elif argv[0] == "drafter":
         from fovea.training.drafter_cli import main as run
     elif argv[0] == "assistant":
