@@ -1,0 +1,171 @@
+"""`python -m fovea.bench --diffusion` (or `python -m fovea.bench.diffusion`): the diffusion-decoding
+benchmark. Every method (fovea.diffusion.config.METHODS: the full schedule, the fixed-region gate,
+threshold unmasking, LATCH, LATCH without BWEC) decodes the same held-out questions with the same
+model in one process, interleaved question by question with the method order rotated, and each answer
+is scored by the target's scorer (fovea.data.scoring.answer_correct). Per task: accuracy, denoising
+steps (NFE), tokens/s (answer tokens before the EOS over wall time, prefill included) and both
+against the full schedule.
+
+`--tune` chooses LATCH's CVC thresholds on tuning seeds instead: without BWEC the decode is the full
+schedule's until CVC fires, so one recorded full-schedule trajectory per question replays every
+(tau_c, stable_steps) exactly (`replay_cvc`). Knows nothing about training.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from fovea.data import TASKS, eval_seeds, make_sample, tuning_seeds
+from fovea.data.scoring import answer_correct
+from fovea.diffusion.config import METHODS, DiffusionDecodeConfig
+from fovea.diffusion.decode import diffusion_generate
+
+TASK_NAMES = tuple(f"{f}/{t}" for f, ts in TASKS.items() for t in ts)
+TUNE_GRID = {"tau_c": (0.5, 0.7, 0.8, 0.9, 0.95, 0.99), "stable_steps": (1, 2, 3, 4)}
+
+
+def questions(n_per_task: int, seeds=eval_seeds) -> list:
+    """n held-out samples of every task, task by task."""
+    return [make_sample(seed, *task.split("/")) for task in TASK_NAMES for seed in seeds(n_per_task)]
+
+
+def measure(model, samples, methods, record: bool = False) -> list[dict]:
+    """One row per (question, method): correct, NFE, seconds, answer tokens, the rule that stopped it."""
+    configs = {m: DiffusionDecodeConfig.from_name(m) for m in methods}
+    rows = []
+    for i, s in enumerate(samples):
+        task = f"{s.family}/{s.task}"
+        order = methods[i % len(methods):] + methods[: i % len(methods)]   # rotated: drift cancels
+        for m in order:
+            r = diffusion_generate(model, s.image, s.question, configs[m], task=task, record=record)
+            rows.append({"task": task, "method": m, "correct": answer_correct(s, r.text), "nfe": r.nfe,
+                         "seconds": r.seconds, "answer_tokens": r.answer_tokens, "stopped_by": r.stopped_by,
+                         "output": r.text, **({"result": r} if record else {})})
+    return rows
+
+
+def summarise(rows: list[dict], methods) -> dict:
+    """{method: {task or "all": accuracy, mean NFE, tokens/s, and NFE and tokens/s over the full schedule's}}."""
+    out = {}
+    for m in methods:
+        out[m] = {}
+        for task in (*TASK_NAMES, "all"):
+            sel = [r for r in rows if r["method"] == m and task in (r["task"], "all")]
+            if sel:
+                tps = sum(r["answer_tokens"] for r in sel) / max(sum(r["seconds"] for r in sel), 1e-9)
+                out[m][task] = {"n": len(sel), "accuracy": round(statistics.mean(r["correct"] for r in sel), 4),
+                                "nfe": round(statistics.mean(r["nfe"] for r in sel), 2), "tokens_per_s": round(tps, 1)}
+    if "full" in out:
+        for m, tasks in out.items():
+            for task, cell in tasks.items():
+                ref = out["full"][task]
+                cell["nfe_reduction"] = round(ref["nfe"] / cell["nfe"], 2)
+                cell["speedup"] = round(cell["tokens_per_s"] / max(ref["tokens_per_s"], 1e-9), 2)
+                cell["accuracy_delta"] = round(cell["accuracy"] - ref["accuracy"], 4)
+    return out
+
+
+def accuracy(model, n_per_task: int, method: str = "full") -> dict:
+    """Held-out decoded accuracy per task with one method, and the mean NFE (training's evaluation)."""
+    was = model.training
+    model.eval()
+    rows = measure(model, questions(n_per_task), [method])
+    model.train(was)
+    summary = summarise(rows, [method])[method]
+    return {"method": method, **{t: c["accuracy"] for t, c in summary.items()}, "nfe": summary["all"]["nfe"]}
+
+
+def replay_cvc(steps, tau_c: float, stable_steps: int) -> tuple[int, tuple[int, ...]]:
+    """(NFE, final canvas) had CVC with these settings stopped a recorded full-schedule decode: the first
+    step whose candidate span held `stable_steps` steps at minimum confidence >= tau_c, its prediction
+    filling the rest; the full schedule's own end when it never fires."""
+    held, last = 0, None
+    for st in steps:
+        key = None if st.span is None else (*st.span, st.prediction[st.span[0]:st.span[1]])
+        held = held + 1 if key is not None and key == last else int(key is not None)
+        last = key
+        if key is not None and held >= stable_steps and min(st.confidence[st.span[0]:st.span[1]]) >= tau_c:
+            return st.step + 1, st.prediction
+    return len(steps), steps[-1].prediction
+
+
+def tune(model, n_per_task: int) -> dict:
+    """Per (tau_c, stable_steps): per-task accuracy and mean NFE on tuning seeds, replayed from full-schedule
+    trajectories; the chosen setting is the one with the fewest steps whose accuracy is within 2 points of
+    the full schedule's on every task (ties: the larger tau_c)."""
+    samples = questions(n_per_task, tuning_seeds)
+    rows = measure(model, samples, ["full"], record=True)
+    tok, eos = model.tokenizer, model.eos_id
+    grid = {}
+    for tau_c in TUNE_GRID["tau_c"]:
+        for s in TUNE_GRID["stable_steps"]:
+            hits, nfe = {}, []
+            for sample, row in zip(samples, rows):
+                steps_used, canvas = replay_cvc(row["result"].steps, tau_c, s)
+                answer = list(canvas[: canvas.index(eos)] if eos in canvas else canvas)
+                ok = answer_correct(sample, tok.decode(answer, skip_special_tokens=True).strip())
+                hits.setdefault(row["task"], []).append(ok)
+                nfe.append(steps_used)
+            grid[f"tau_c={tau_c},s={s}"] = {"tau_c": tau_c, "stable_steps": s, "nfe": statistics.mean(nfe),
+                                            **{t: statistics.mean(v) for t, v in hits.items()}}
+    full = {t: statistics.mean(r["correct"] for r in rows if r["task"] == t) for t in TASK_NAMES}
+    ok = [g for g in grid.values() if all(g[t] >= full[t] - 0.02 for t in TASK_NAMES)]
+    chosen = min(ok, key=lambda g: (g["nfe"], -g["tau_c"])) if ok else None
+    return {"full_accuracy": full, "full_nfe": statistics.mean(r["nfe"] for r in rows), "grid": grid,
+            "chosen": chosen, "n_per_task": n_per_task, "seeds": "tuning_seeds"}
+
+
+def markdown(summary: dict, meta: dict) -> str:
+    lines = [f"# Diffusion decoding, {meta['n_per_task']} held-out questions per task ({meta['model']})", "",
+             "accuracy / mean NFE / tokens/s (x full schedule)", "",
+             "| task | " + " | ".join(summary) + " |", "|---|" + "---|" * len(summary)]
+    for task in (*TASK_NAMES, "all"):
+        cells = [summary[m].get(task) for m in summary]
+        lines.append(f"| {task} | " + " | ".join(
+            f"{c['accuracy']:.0%} / {c['nfe']:.0f} / {c['tokens_per_s']:.0f} ({c.get('speedup', 1):.2f}x)" if c else "-"
+            for c in cells) + " |")
+    return "\n".join(lines + ["", f"`{meta['command']}`", ""])
+
+
+def main(argv=None) -> None:
+    from fovea.diffusion.model import DEFAULT_DIFFUSION_DIR, load_diffusion
+
+    p = argparse.ArgumentParser(prog="python -m fovea.bench --diffusion", description=__doc__)
+    p.add_argument("--model", type=Path, default=DEFAULT_DIFFUSION_DIR, help="an exported diffusion model folder")
+    p.add_argument("--n", type=int, default=50, help="held-out questions per task")
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    p.add_argument("--tune", action="store_true", help="choose LATCH's CVC thresholds on tuning seeds instead")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    p.add_argument("--out", type=Path, default=Path("assets/results/diffusion_bench"))
+    args = p.parse_args(argv)
+    if args.n < 1 or args.threads < 1:
+        p.error("--n and --threads must be at least 1")
+    try:
+        model = load_diffusion(args.model)
+    except FileNotFoundError as e:
+        raise SystemExit(str(e))
+    torch.set_num_threads(args.threads)
+    meta = {"model": str(args.model), "n_per_task": args.n, "threads": args.threads, "date": time.strftime("%Y-%m-%d"),
+            "command": "python -m fovea.bench --diffusion " + " ".join(sys.argv[1:] if argv is None else argv)}
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.tune:
+        result = {**meta, **tune(model, args.n)}
+        (args.out / "tune.json").write_text(json.dumps(result, indent=2))
+        print(json.dumps({"chosen": result["chosen"], "full_nfe": result["full_nfe"]}, indent=2))
+        return
+    rows = measure(model, questions(args.n), args.methods)
+    summary = summarise(rows, args.methods)
+    (args.out / "results.json").write_text(json.dumps({**meta, "summary": summary}, indent=2))
+    (args.out / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (args.out / "results.md").write_text(markdown(summary, meta))
+    print(markdown(summary, meta))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""`python -m fovea.train diffusion`: adapt the shipped autoregressive target into a masked-diffusion
+VLM (fovea.diffusion) on world v2, Dream / DiffuLLaMA-style: start from the target's weights, make
+the answer canvas bidirectional, and train on the masked-diffusion objective (fovea.diffusion.objective:
+t ~ U(0, 1), each answer token masked with probability t, cross-entropy on masked positions scaled by 1/t).
+
+The vision tower and projector stay frozen; the decoder, embeddings and LM head train. Each step draws
+`batch_size` single-turn samples (seeds step*B ... (step+1)*B - 1, every family and task) and masks them
+with a generator seeded by (seed, step), so a resumed run repeats the batches and masks it would have
+drawn. Writes checkpoints (resume), log.jsonl (loss), curves.jsonl (teacher-free masked-token accuracy
+on held-out samples at fixed masking rates), eval.jsonl (decoded accuracy) in --run-dir, and an fp16
+export to --out. Knows nothing about early exit.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from fovea.data import make_sample, tuning_seeds
+from fovea.diffusion.model import DEFAULT_DIFFUSION_DIR, CanvasConfig, from_target
+from fovea.diffusion.objective import answer_canvas, diffusion_loss, mask_canvas
+from fovea.models.bundled import DEFAULT_TARGET_DIR
+from fovea.training.common import Checkpointer, Timer, add_config_args, append_jsonl, config_from_args, lr_at
+from fovea.training.target import ALL_TASKS, stop_on_sigterm, to_device
+
+PROBE_RATES = (0.5, 1.0)     # masking rates of the held-out probe (1.0: the whole canvas from the prompt alone)
+
+
+@dataclass(frozen=True)
+class DiffusionTrainConfig:
+    batch_size: int = 16            # single-turn samples per step
+    lr: float = 3e-4
+    weight_decay: float = 0.05
+    warmup: int = 50
+    total_steps: int = 6000         # the LR schedule length (warm-up, cosine to 10%); --minutes may stop earlier
+    canvas_length: int = 96
+    mask_token_id: int = 4          # "<unk>" of the bundled tokenizer (fovea.diffusion.model)
+    seed: int = 0
+
+
+def samples_batch(samples, model) -> dict:
+    """Left-padded prompts [B, P] and their mask, pixels [B, 3, S, S] and clean canvases [B, L]."""
+    tok, length = model.tokenizer, model.canvas.length
+    prompts = [model.prompt_ids(s.question) for s in samples]
+    width = max(map(len, prompts))
+    prefix = torch.full((len(samples), width), tok.pad_token_id, dtype=torch.long)
+    prefix_mask = torch.zeros_like(prefix)
+    for i, p in enumerate(prompts):
+        prefix[i, width - len(p):], prefix_mask[i, width - len(p):] = torch.tensor(p), 1
+    answers = [tok(" " + s.answer, add_special_tokens=False)["input_ids"] for s in samples]
+    canvas = torch.tensor([answer_canvas(a, length, model.eos_id) for a in answers])
+    return {"prefix": prefix, "prefix_mask": prefix_mask, "canvas": canvas,
+            "pixels": torch.cat([model.pixels(s.image) for s in samples])}
+
+
+def training_batch(step: int, cfg: DiffusionTrainConfig, model) -> dict:
+    """The deterministic batch of a step: samples step*B .. (step+1)*B - 1 and their masks."""
+    samples = [make_sample(seed) for seed in range(step * cfg.batch_size, (step + 1) * cfg.batch_size)]
+    batch = samples_batch(samples, model)
+    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+    batch["noisy"], batch["masked"], batch["rate"] = mask_canvas(batch["canvas"], model.canvas.mask_token_id, gen)
+    return batch
+
+
+def train_step(model, batch: dict) -> torch.Tensor:
+    logits = model(batch["prefix"], batch["prefix_mask"], batch["pixels"], batch["noisy"])
+    return diffusion_loss(logits, batch["canvas"], batch["masked"], batch["rate"])
+
+
+@torch.no_grad()
+def probe(model, n_per_task: int = 2) -> dict:
+    """Held-out masked-token accuracy (answer tokens and EOS padding apart) at each of PROBE_RATES: one
+    batched forward per rate on tuning seeds, no decoding."""
+    was = model.training
+    model.eval()
+    samples = [make_sample(s, f, t) for f, t in ALL_TASKS for s in tuning_seeds(n_per_task)]
+    batch = to_device(samples_batch(samples, model), model.device)
+    out = {}
+    for rate in PROBE_RATES:
+        gen = torch.Generator().manual_seed(int(rate * 1000))
+        masked = (torch.rand(batch["canvas"].shape, generator=gen) < rate).to(model.device)
+        noisy = batch["canvas"].masked_fill(masked, model.canvas.mask_token_id)
+        right = model(batch["prefix"], batch["prefix_mask"], batch["pixels"], noisy).argmax(-1) == batch["canvas"]
+        pad = batch["canvas"] == model.eos_id
+        for name, where in (("answer", masked & ~pad), ("pad", masked & pad)):
+            out[f"mask{rate:g}/{name}_acc"] = round(float(right[where].float().mean()), 4)
+    model.train(was)
+    return out
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m fovea.train diffusion", description=__doc__)
+    p.add_argument("--init-from", type=Path, default=DEFAULT_TARGET_DIR, help="the autoregressive target to adapt")
+    p.add_argument("--out", type=Path, default=DEFAULT_DIFFUSION_DIR, help="where the final fp16 model goes")
+    p.add_argument("--run-dir", type=Path, default=Path("runs/diffusion"), help="checkpoints + logs (resume)")
+    p.add_argument("--minutes", type=float, default=60.0, help="stop after this much wall time")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ...")
+    p.add_argument("--save-every", type=int, default=100)
+    p.add_argument("--probe-every", type=int, default=50, help="held-out masked-token accuracy (curves.jsonl)")
+    p.add_argument("--eval-every", type=int, default=0, help="decoded accuracy every this many steps (0: at the end only)")
+    p.add_argument("--eval-n", type=int, default=3, help="held-out questions per task in each decoded evaluation")
+    p.add_argument("--eval-method", default="threshold", help="the decoding the evaluation uses (fovea.diffusion.config)")
+    add_config_args(p, DiffusionTrainConfig)
+    args = p.parse_args(argv)
+    if args.batch_size < 1 or args.minutes <= 0 or args.total_steps < 1:
+        p.error("--batch-size and --total-steps must be >= 1 and --minutes > 0")
+    if not 8 <= args.canvas_length <= 256:
+        p.error(f"--canvas-length must be in [8, 256], got {args.canvas_length}")
+    if min(args.save_every, args.probe_every) < 1 or args.eval_every < 0 or args.eval_n < 0:
+        p.error("--save-every and --probe-every must be >= 1, --eval-every and --eval-n >= 0")
+    if not (args.init_from / "config.json").exists():
+        p.error(f"--init-from {args.init_from} holds no exported target (config.json)")
+    return args
+
+
+def main(argv=None) -> None:
+    from fovea.bench.diffusion import accuracy
+
+    args = parse_args(argv)
+    cfg = config_from_args(args, DiffusionTrainConfig)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(cfg.seed)
+    run = args.run_dir
+    run.mkdir(parents=True, exist_ok=True)
+    try:
+        model = from_target(args.init_from, CanvasConfig(cfg.canvas_length, cfg.mask_token_id))
+    except ValueError as e:
+        raise SystemExit(str(e))
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    ckpt = Checkpointer(run)
+    step, _ = ckpt.load({"model": model, "opt": opt})
+    model.to(args.device).train()
+    (run / "train_config.json").write_text(json.dumps({**asdict(cfg), "init_from": str(args.init_from)}, indent=2))
+    append_jsonl(run / "launches.jsonl", {"step": step, "argv": list(sys.argv[1:] if argv is None else argv)})
+    tqdm.write(f"diffusion: {sum(p.numel() for p in params) / 1e6:.1f}M trainable, fp32 on {args.device}")
+    if step == 0:
+        append_jsonl(run / "curves.jsonl", {"step": 0, "minutes": 0.0, **probe(model)})
+    timer, bar = Timer(), tqdm(initial=step, total=cfg.total_steps, desc="diffusion", dynamic_ncols=True)
+    stop = stop_on_sigterm()
+    while step < cfg.total_steps and timer.minutes() < args.minutes and not stop:
+        lr = lr_at(step, cfg.total_steps, cfg.lr, cfg.warmup)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        loss = train_step(model, to_device(training_batch(step, cfg, model), torch.device(args.device)))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        step += 1
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+        append_jsonl(run / "log.jsonl", {"step": step, "loss": round(loss.item(), 4), "lr": lr,
+                                         "minutes": round(timer.minutes(), 2)})
+        if step % args.save_every == 0:
+            ckpt.save(step, {"model": model, "opt": opt})
+        if step % args.probe_every == 0:
+            append_jsonl(run / "curves.jsonl", {"step": step, "minutes": round(timer.minutes(), 2), **probe(model)})
+        if args.eval_every and step % args.eval_every == 0 and args.eval_n:
+            append_jsonl(run / "eval.jsonl", {"step": step, **accuracy(model, args.eval_n, args.eval_method)})
+    ckpt.save(step, {"model": model, "opt": opt})
+    if args.eval_n:
+        append_jsonl(run / "eval.jsonl", {"step": step, **accuracy(model, args.eval_n, args.eval_method)})
+    export(model.cpu(), args.out, cfg, step, run)
+
+
+def export(model, out: Path, cfg: DiffusionTrainConfig, step: int, run_dir: Path) -> None:
+    """The committed asset: fp16 safetensors + tokenizer + the training config + the run's curves."""
+    model.eval().save(out)
+    (out / "train_config.json").write_text(json.dumps({**asdict(cfg), "steps": step}, indent=2))
+    for name in ("log.jsonl", "curves.jsonl", "eval.jsonl", "launches.jsonl"):
+        if (run_dir / name).exists():
+            (out / name).write_text((run_dir / name).read_text())
+
+
+if __name__ == "__main__":
+    main()
