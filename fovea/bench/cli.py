@@ -148,6 +148,11 @@ def drafter_methods(pipe, names) -> dict[str, Method]:
 
 
 def main(argv=None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--diffusion" in argv:  # the diffusion-decoding benchmark has its own options (fovea.bench.diffusion)
+        from fovea.bench.diffusion import main as diffusion_main
+
+        return diffusion_main([a for a in argv if a != "--diffusion"])
     args = parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
     sweep = any(getattr(args, f"{kind}_sweep") for kind in SWEEPS)

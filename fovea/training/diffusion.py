@@ -22,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 from fovea.data import make_sample, tuning_seeds
+from fovea.diffusion.config import METHODS
 from fovea.diffusion.model import DEFAULT_DIFFUSION_DIR, CanvasConfig, from_target
 from fovea.diffusion.objective import answer_canvas, diffusion_loss, mask_canvas
 from fovea.models.bundled import DEFAULT_TARGET_DIR
@@ -105,7 +106,8 @@ def parse_args(argv=None):
     p.add_argument("--probe-every", type=int, default=50, help="held-out masked-token accuracy (curves.jsonl)")
     p.add_argument("--eval-every", type=int, default=0, help="decoded accuracy every this many steps (0: at the end only)")
     p.add_argument("--eval-n", type=int, default=3, help="held-out questions per task in each decoded evaluation")
-    p.add_argument("--eval-method", default="threshold", help="the decoding the evaluation uses (fovea.diffusion.config)")
+    p.add_argument("--eval-method", default="threshold", choices=METHODS,
+                   help="the decoding the evaluation uses (fovea.diffusion.config)")
     add_config_args(p, DiffusionTrainConfig)
     args = p.parse_args(argv)
     if args.batch_size < 1 or args.minutes <= 0 or args.total_steps < 1:
