@@ -121,7 +121,7 @@ def step_rule(state, pred, conf, span, pred_list, cfg: DiffusionDecodeConfig, le
         commit(state, pred, ~state.committed)
         return "gate"
     if cfg.latch.bwec and bwec_fires(state, conf, lo, hi, final, cfg.latch.tau_b):
-        commit(state, pred, torch.arange(lo, hi)[~state.committed[lo:hi]])
+        commit(state, pred, lo + (~state.committed[lo:hi]).nonzero()[:, 0])
         return "bwec"
     commit(state, pred, schedule_picks(state, conf, lo, hi, cfg.schedule))
     return "threshold" if cfg.schedule.unmask_threshold is not None else "schedule"
@@ -132,10 +132,13 @@ def diffusion_generate(model, image, question: str, cfg: DiffusionDecodeConfig =
                        task: str | None = None, record: bool = False) -> DiffusionResult:
     """Decode one answer. `task` ("family/task") names the candidate parser CVC needs; without it CVC
     never fires. `record` keeps a DenoiseStep per step."""
+    if not str(question or "").strip():
+        raise ValueError("Please give a question about the image.")
     start_time = time.perf_counter()
     length, mask_id = model.canvas.length, model.canvas.mask_token_id
     cache, last_id, start = model.prefill(image, question)
-    state = CanvasState(torch.full((length,), mask_id), torch.zeros(length, dtype=torch.bool))
+    state = CanvasState(torch.full((length,), mask_id, device=model.device),
+                        torch.zeros(length, dtype=torch.bool, device=model.device))
     parse = (cfg.latch.cvc or record) and task is not None
     steps, rule, nfe = [], "schedule", 0
     while not bool(state.committed.all()):

@@ -1,0 +1,100 @@
+"""The pieces of fovea.diffusion that need no model: each task's candidate-span parser against the
+scorer, and the masked-diffusion objective's masking rate and 1/t weighting."""
+import math
+import random
+
+import pytest
+import torch
+
+from fovea.data import make_sample, tuning_seeds
+from fovea.data.scoring import answer_correct
+from fovea.diffusion import TokenText, answer_canvas, candidate_span, char_span, diffusion_loss, mask_canvas
+from fovea.models.bundled import DEFAULT_TARGET_DIR, load_tokenizer
+from fovea.training.target import ALL_TASKS
+
+TASKS = [f"{f}/{t}" for f, t in ALL_TASKS]
+LENGTH = 96
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer(DEFAULT_TARGET_DIR)
+
+
+@pytest.fixture(scope="module")
+def token_text(tok):
+    return TokenText(tok)
+
+
+def gold_canvas(tok, sample) -> list[int]:
+    return answer_canvas(tok(" " + sample.answer, add_special_tokens=False)["input_ids"], LENGTH, tok.eos_token_id)
+
+
+def decoded(tok, canvas: list[int]) -> str:
+    end = canvas.index(tok.eos_token_id) if tok.eos_token_id in canvas else len(canvas)
+    return tok.decode(canvas[:end], skip_special_tokens=True).strip()
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_every_task_parser_finds_the_scored_answer_in_its_span(tok, token_text, task):
+    for seed in tuning_seeds(6):
+        sample = make_sample(seed, *task.split("/"))
+        canvas = gold_canvas(tok, sample)
+        span = candidate_span(task, canvas, token_text)
+        assert span is not None and 0 <= span[0] < span[1] <= LENGTH
+        assert sample.short_answer in tok.decode(canvas[span[0]:span[1]], skip_special_tokens=True)
+        assert answer_correct(sample, decoded(tok, canvas))
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_tokens_outside_the_span_never_change_the_score(tok, token_text, task):
+    """The span is every token the scorer reads: rewriting the others (with digits, labels, pairs and
+    full stops) leaves a right answer right."""
+    pool = tok(" 7 red circle at top left. A is 3 The 12 KOTA", add_special_tokens=False)["input_ids"]
+    rng = random.Random(task)
+    for seed in tuning_seeds(6):
+        sample = make_sample(seed, *task.split("/"))
+        canvas = gold_canvas(tok, sample)
+        lo, hi = candidate_span(task, canvas, token_text)
+        outside = [i for i in range(LENGTH) if not lo <= i < hi]
+        for _ in range(5):
+            noisy = list(canvas)
+            for i in rng.sample(outside, min(len(outside), 6)):
+                noisy[i] = rng.choice(pool)
+            assert answer_correct(sample, decoded(tok, noisy)), (task, decoded(tok, noisy))
+
+
+def test_a_missing_slot_gives_no_span():
+    assert char_span("scene/count", " Looking for red shapes: none yet") is None
+    assert char_span("chart/value", " From the left, bar") is None
+    assert char_span("scene/spatial", " First I find the shape") is None
+    assert char_span("scene/colour", " The star is red. It") == (1, 17)
+    with pytest.raises(ValueError):
+        char_span("scene/nothing", "text")
+
+
+def test_a_canvas_is_the_answer_then_eos_up_to_its_length():
+    assert answer_canvas([7, 8, 9], 6, 2) == [7, 8, 9, 2, 2, 2]
+    assert answer_canvas(list(range(10, 20)), 6, 2) == [10, 11, 12, 13, 14, 2]
+
+
+def test_masking_rate_of_each_row_is_its_drawn_t():
+    canvas = torch.randint(5, 100, (64, 4000))
+    noisy, masked, p = mask_canvas(canvas, 4, torch.Generator().manual_seed(0))
+    assert ((p > 0) & (p <= 1)).all()
+    assert (masked.float().mean(1) - p).abs().max() < 0.03           # binomial spread at L = 4000
+    assert (noisy[masked] == 4).all() and (noisy[~masked] == canvas[~masked]).all()
+    assert abs(float(p.mean()) - 0.5) < 0.1                            # t ~ U(0, 1)
+
+
+def test_loss_is_masked_cross_entropy_weighted_by_one_over_t():
+    b, length, vocab = 3, 10, 16
+    canvas = torch.randint(0, vocab, (b, length))
+    masked = torch.rand(b, length) < 0.5
+    p = torch.tensor([0.1, 0.5, 1.0])
+    logits = torch.zeros(b, length, vocab)                             # uniform: CE = log V everywhere
+    expected = math.log(vocab) * float((masked / p[:, None]).sum()) / (b * length)
+    assert diffusion_loss(logits, canvas, masked, p).item() == pytest.approx(expected, rel=1e-5)
+    garbage = logits.clone()
+    garbage[~masked] = torch.randn(int((~masked).sum()), vocab) * 10   # unmasked positions never count
+    assert diffusion_loss(garbage, canvas, masked, p).item() == pytest.approx(expected, rel=1e-5)

@@ -1,0 +1,150 @@
+"""Diffusion decoding on a tiny random-weight denoiser (the bundled architecture's tiny preset, the
+shipped tokenizer): the cached prefix equals the full forward, the schedule's invariants, CVC that
+never fires changes nothing, BWEC never touches the final block, and training runs end to end."""
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from fovea.bench.diffusion import markdown, measure, replay_cvc, summarise
+from fovea.data import make_sample, tuning_seeds
+from fovea.diffusion import (CanvasConfig, DiffusionDecodeConfig, DiffusionVLM, GateConfig, LatchConfig,
+                             ScheduleConfig, diffusion_generate, load_diffusion)
+from fovea.models.bundled import DEFAULT_TARGET_DIR, BundledModelConfig, build_model, load_tokenizer
+
+LENGTH, BLOCK = 24, 8
+BLOCKS = LENGTH // BLOCK
+
+
+def tiny_llava():
+    tok = load_tokenizer(DEFAULT_TARGET_DIR)
+    sizes = dataclasses.replace(BundledModelConfig.from_name("tiny"), prompt_order="question_first")
+    return build_model(sizes, tok, seed=0), tok
+
+
+@pytest.fixture(scope="module")
+def model():
+    llava, tok = tiny_llava()
+    return DiffusionVLM(llava, tok, CanvasConfig(length=LENGTH)).eval()
+
+
+@pytest.fixture(scope="module")
+def sample():
+    return make_sample(tuning_seeds(1)[0], "scene", "describe")
+
+
+def config(**latch) -> DiffusionDecodeConfig:
+    return DiffusionDecodeConfig("test", ScheduleConfig(block_length=BLOCK), latch=LatchConfig(**latch))
+
+
+def decode(model, sample, cfg, **kw):
+    return diffusion_generate(model, sample.image, sample.question, cfg, task="scene/describe", record=True, **kw)
+
+
+def test_the_cached_prefix_gives_the_full_forward_logits(model, sample):
+    canvas = torch.randint(5, 1000, (LENGTH,))
+    cache, last, start = model.prefill(sample.image, sample.question)
+    cached = model.denoise(cache, last, start, canvas)
+    again = model.denoise(cache, last, start, canvas)                  # the cache is left as it was
+    ids = torch.tensor([model.prompt_ids(sample.question)])
+    with torch.no_grad():
+        full = model(ids, torch.ones_like(ids), model.pixels(sample.image), canvas[None])[0]
+    keep = torch.arange(full.shape[-1]) != model.canvas.mask_token_id
+    assert torch.allclose(cached[:, keep], full[:, keep], atol=1e-4)
+    assert torch.equal(cached, again)
+
+
+def test_left_padding_leaves_a_row_unchanged(model, sample):
+    other = make_sample(tuning_seeds(2)[1], "chart", "value")
+    a, b = model.prompt_ids(sample.question), model.prompt_ids(other.question)
+    width = max(len(a), len(b)) + 3
+    prefix = torch.tensor([[0] * (width - len(a)) + a, [0] * (width - len(b)) + b])
+    mask = (torch.arange(width)[None] >= torch.tensor([[width - len(a)], [width - len(b)]])).long()
+    canvas = torch.randint(5, 1000, (2, LENGTH))
+    pixels = torch.cat([model.pixels(sample.image), model.pixels(other.image)])
+    with torch.no_grad():
+        both = model(prefix, mask, pixels, canvas)
+        alone = model(torch.tensor([a]), torch.ones(1, len(a), dtype=torch.long), pixels[:1], canvas[:1])
+    assert torch.allclose(both[0], alone[0], atol=1e-4)
+
+
+def test_the_full_schedule_commits_one_token_a_step_block_by_block(model, sample):
+    result = decode(model, sample, config())
+    assert result.nfe == LENGTH and result.stopped_by == "schedule"
+    before = [False] * LENGTH
+    for st in result.steps:
+        new = [i for i in range(LENGTH) if st.committed[i] and not before[i]]
+        assert len(new) == 1 and new[0] // BLOCK == st.block == st.step // BLOCK
+        before = list(st.committed)
+    assert model.canvas.mask_token_id not in result.tokens
+
+
+def test_cvc_and_bwec_that_never_fire_give_exactly_the_full_schedule(model, sample):
+    full = decode(model, sample, config())
+    never = decode(model, sample, config(cvc=True, tau_c=1.0, stable_steps=1, bwec=True, tau_b=1.0))
+    assert never.tokens == full.tokens and never.nfe == full.nfe and never.text == full.text
+    assert {st.rule for st in never.steps} == {"schedule"}
+
+
+def test_bwec_never_touches_the_final_block(model, sample):
+    result = decode(model, sample, config(bwec=True, tau_b=0.0))     # the local rule always holds
+    bwec = [st for st in result.steps if st.rule == "bwec"]
+    assert [st.block for st in bwec] == list(range(BLOCKS - 1))
+    assert result.nfe == (BLOCKS - 1) + BLOCK                           # the final block: one token a step
+    assert all(st.rule == "schedule" for st in result.steps if st.block == BLOCKS - 1)
+
+
+def test_cvc_that_always_holds_stops_at_once_and_fills_with_the_argmax(model, sample):
+    result = decode(model, sample, config(cvc=True, tau_c=0.0, stable_steps=1))
+    assert result.nfe == 1 and result.stopped_by == "cvc"
+    assert result.tokens == result.steps[0].prediction
+
+
+def test_the_gate_and_threshold_unmasking_at_zero(model, sample):
+    gate = DiffusionDecodeConfig("g", ScheduleConfig(block_length=BLOCK), gate=GateConfig(threshold=0.0))
+    assert decode(model, sample, gate).nfe == 1
+    fast = DiffusionDecodeConfig("t", ScheduleConfig(block_length=BLOCK, unmask_threshold=0.0))
+    assert decode(model, sample, fast).nfe == BLOCKS                   # a whole block a step
+
+
+@pytest.mark.parametrize("tau_c,stable", [(0.0, 1), (0.0, 3), (1.0, 1)])
+def test_replaying_cvc_on_a_full_trajectory_matches_a_real_decode(model, sample, tau_c, stable):
+    full = decode(model, sample, config())
+    real = decode(model, sample, config(cvc=True, tau_c=tau_c, stable_steps=stable))
+    assert replay_cvc(full.steps, tau_c, stable) == (real.nfe, real.tokens)
+
+
+def test_the_bench_tabulates_every_method(model):
+    samples = [make_sample(s, "chart", "value") for s in tuning_seeds(2)]
+    rows = measure(model, samples, ["full", "latch"])
+    summary = summarise(rows, ["full", "latch"])
+    assert summary["full"]["all"]["n"] == 2 and summary["full"]["all"]["nfe"] == LENGTH
+    assert summary["latch"]["chart/value"]["speedup"] > 0
+    assert "chart/value" in markdown(summary, {"n_per_task": 2, "model": "tiny", "command": "test"})
+
+
+def test_training_runs_resumes_and_exports_a_loadable_model(tmp_path):
+    from fovea.training.diffusion import main
+
+    llava, tok = tiny_llava()
+    llava.save_pretrained(str(tmp_path / "target"))
+    tok.save_pretrained(str(tmp_path / "target"))
+    common = ["--init-from", str(tmp_path / "target"), "--run-dir", str(tmp_path / "run"), "--out",
+              str(tmp_path / "out"), "--batch-size", "2", "--canvas-length", "16", "--eval-n", "0", "--threads", "1",
+              "--probe-every", "2", "--save-every", "1"]
+    main(common + ["--total-steps", "2"])
+    main(common + ["--total-steps", "3"])
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [1, 2, 3] and all(r["loss"] > 0 for r in log)
+    loaded = load_diffusion(tmp_path / "out")
+    assert loaded.canvas.length == 16
+    s = make_sample(tuning_seeds(1)[0], "ocr", "top")
+    assert diffusion_generate(loaded, s.image, s.question, DiffusionDecodeConfig.from_name("latch"),
+                              task="ocr/top").nfe <= 16
+
+
+def test_a_bad_mask_token_is_refused():
+    llava, tok = tiny_llava()
+    with pytest.raises(ValueError, match="mask token"):
+        DiffusionVLM(llava, tok, CanvasConfig(mask_token_id=7))
