@@ -1,5 +1,6 @@
-"""The "chart" family: a bar chart with 3-5 lettered bars, values 1-9 written above each bar,
-laid out in the content rectangle, and questions about the values.
+"""The "chart" family: a bar chart with 3-5 lettered bars, values 1-9 written above or inside each
+bar, laid out in the content rectangle in one of the world's looks (fovea.data.looks: bar width and
+gap, axes, gridlines, label lengths, value placement, font face), and questions about the values.
 
 Labels are letters only, so a digit in the image is always a value. Layouts
 are pure data; render() draws them.
@@ -7,20 +8,24 @@ are pure data; render() draws them.
 import random
 import re
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 from PIL import Image
 
 from fovea.data import glyphs, ocr, text
 from fovea.data.labels import CHAR_ID, COLOUR_ID, COLOUR_RGB, box_mask, patch_labels
+from fovea.data.looks import BASE_CHART, ChartLook
 from fovea.data.sample import CANVAS, PAD_RGB, STYLES, Obj, box_of, content_rect
 from fovea.data.text import QA, Name
 
 TASKS = ("highest", "value", "describe")
 PALETTE = ("red", "green", "blue", "purple", "orange", "cyan")  # white and yellow vanish on light paper
-GAP = 3  # px between a bar's top and its value digit
+GAP = 3  # px between a bar's top and its value digit (above it, or inside it under its top edge)
 MAX_LABEL = {3: 3, 4: 2, 5: 1}  # letters per label that fit a bar's slot
-AXIS_RGB, TEXT_RGB = (70, 70, 70), (20, 20, 20)
+AXIS_RGB, TEXT_RGB, LIGHT_TEXT_RGB = (70, 70, 70), (20, 20, 20), (250, 250, 250)
+LIGHT_TEXT_ON = ("red", "blue", "purple")  # a value inside a bar of these colours is written light, else dark
+GRID_LEVELS, GRID_SHADE = (3, 6, 9), 26  # light gridlines: at these values, this much darker than the paper
 INK_THRESHOLD = 96
 
 
@@ -39,12 +44,17 @@ class Layout:
     background: tuple[int, int, int]
     rect: tuple[int, int, int, int]  # content rectangle in the canvas
     font_size: int
+    look: ChartLook = BASE_CHART
 
     # The plot frame follows from the rectangle and the font: the x axis sits above the labels,
     # and value 9 leaves room for its digit under the top edge.
     @property
+    def cap(self) -> int:
+        return glyphs.cap_height(self.font_size, self.look.face)
+
+    @property
     def base_y(self) -> int:
-        return self.rect[3] - glyphs.cap_height(self.font_size) - 12
+        return self.rect[3] - self.cap - 12
 
     @property
     def axis_x(self) -> int:
@@ -52,31 +62,62 @@ class Layout:
 
     @property
     def unit(self) -> float:
-        return (self.base_y - self.rect[1] - glyphs.cap_height(self.font_size) - GAP - 6) / 9
+        return (self.base_y - self.rect[1] - self.cap - GAP - 6) / 9
 
     def top(self, bar: Bar) -> int:
         return self.base_y - round(bar.value * self.unit)
 
+    def value_inside(self, bar: Bar) -> bool:
+        """Whether bar's value is drawn inside its top: the look asks for it and the digit fits, with
+        GAP px on every side."""
+        return (self.look.values == "inside" and self.base_y - self.top(bar) >= self.cap + 2 * GAP
+                and bar.x1 - bar.x0 >= glyphs.text_width(str(bar.value), self.font_size, self.look.face) + 2 * GAP)
 
-def sample_layout(rng: random.Random, split: str = "train") -> Layout:
+
+@lru_cache(maxsize=None)
+def _label_widths(length: int, font_size: int, face: str) -> tuple[int, ...]:
+    """Ink widths of every letter repeated `length` times, narrowest first."""
+    return tuple(sorted(glyphs.text_width(c * length, font_size, face) for c in ocr.LETTERS))
+
+
+def _bar_count(rng: random.Random, look: ChartLook, font_size: int, plot_width: float) -> tuple[int, tuple[int, int]]:
+    """3-5 bars and the (min, max) letters of their labels. Bars are dropped (down to 3) until labels of
+    the look's length have room: the 2n-th narrowest letter, repeated that often, fits a bar's slot with
+    the look's label_spare, so n distinct labels are easy to draw (the base look's fonts always leave
+    room for one letter). A look without a length gives each label 1 up to MAX_LABEL[n] letters; one with a length
+    gives every label that many, fewer where even 3 bars leave too little room."""
+    n = rng.randint(3, 5)
+
+    def fits(length: int, bars: int) -> bool:
+        return _label_widths(length, font_size, look.face)[2 * bars - 1] <= plot_width / bars - look.label_spare
+
+    while n > 3 and not fits(look.label_length or 1, n):
+        n -= 1
+    if not look.label_length:
+        return n, (1, MAX_LABEL[n])
+    length = max([k for k in range(1, look.label_length + 1) if fits(k, n)], default=1)
+    return n, (length, length)
+
+
+def sample_layout(rng: random.Random, split: str = "train", look: ChartLook = BASE_CHART) -> Layout:
     style = STYLES[split]
     rect = content_rect(rng.choice(style.sizes))
     font_size = rng.choice(style.chart_font_sizes)
-    n = rng.randint(3, 5)
     plot_x0, plot_x1 = rect[0] + 12, rect[2] - 4
+    n, lengths = _bar_count(rng, look, font_size, plot_x1 - plot_x0)
     slot = (plot_x1 - plot_x0) / n
-    width = round(slot * rng.uniform(0.5, 0.7))
+    width = round(slot * rng.uniform(*look.width))
     labels: list[str] = []
     while len(labels) < n:
-        label = "".join(rng.choice(ocr.LETTERS) for _ in range(rng.randint(1, MAX_LABEL[n])))
-        if label not in labels and glyphs.text_width(label, font_size) <= slot - 3:
+        label = "".join(rng.choice(ocr.LETTERS) for _ in range(rng.randint(*lengths)))
+        if label not in labels and glyphs.text_width(label, font_size, look.face) <= slot - look.label_spare:
             labels.append(label)
     bars = []
     for i, (label, colour) in enumerate(zip(labels, rng.sample(PALETTE, n))):
         x0 = round(plot_x0 + (i + 0.5) * slot - width / 2)
         bars.append(Bar(label, rng.randint(1, 9), colour, x0, x0 + width))
     background = tuple(c - rng.randint(0, 8) for c in rng.choice(style.chart_paper))
-    return Layout(tuple(bars), background, rect, font_size)
+    return Layout(tuple(bars), background, rect, font_size, look)
 
 
 def options(layout: Layout, task: str) -> list:
@@ -148,26 +189,49 @@ def drill(seed: int) -> QA:
     return QA(f"The bars from the left are {listed}. {qa.question}", qa.answer, qa.short_answer, [], qa.stress)
 
 
+def _frame(canvas: np.ndarray, layout: Layout) -> None:
+    """Draw the look's gridlines and axis lines into canvas [CANVAS, CANVAS, 3], under the bars."""
+    x1, base, axis = layout.rect[2], layout.base_y, layout.axis_x
+    if layout.look.grid == "light":
+        shade = tuple(max(0, c - GRID_SHADE) for c in layout.background)
+        for level in GRID_LEVELS:
+            y = base - round(level * layout.unit)
+            canvas[y:y + 1, axis:x1 - 2] = shade
+    if layout.look.axes != "none":
+        canvas[base:base + 1, axis:x1 - 2] = AXIS_RGB  # x axis
+    if layout.look.axes == "both":
+        canvas[layout.rect[1] + 4:base + 1, axis:axis + 1] = AXIS_RGB  # y axis
+
+
+def _write(ink: dict[bool, np.ndarray], layout: Layout, bar: Bar) -> list[list]:
+    """Stamp bar's label (under the axis) and value (above the bar, or inside its top in light or dark
+    ink by the bar's colour) into the ink layers (light? -> uint8 [CANVAS, CANVAS]); their char boxes."""
+    top, size, face = layout.top(bar), layout.font_size, layout.look.face
+    value, inside = str(bar.value), layout.value_inside(bar)
+    centre = (bar.x0 + bar.x1) // 2
+    places = ((bar.label, layout.base_y + 6, False),
+              (value, top + GAP if inside else top - GAP - layout.cap, inside and bar.colour in LIGHT_TEXT_ON))
+    return [glyphs.draw_text(ink[light], centre - glyphs.text_width(s, size, face) // 2, y, s, size, face)
+            for s, y, light in places]
+
+
 def render(layout: Layout) -> tuple[Image.Image, list[Obj], dict[str, np.ndarray]]:
     """Draw a layout: (RGB content image, one "bar" object per bar, patch labels on the canvas)."""
     x0, y0, x1, y1 = layout.rect
-    base, axis, size = layout.base_y, layout.axis_x, layout.font_size
+    base = layout.base_y
     canvas = np.empty((CANVAS, CANVAS, 3), dtype=np.uint8)
     canvas[:] = PAD_RGB
     canvas[y0:y1, x0:x1] = layout.background
-    canvas[base:base + 1, axis:x1 - 2] = AXIS_RGB  # x axis
-    canvas[y0 + 4:base + 1, axis:axis + 1] = AXIS_RGB  # y axis
-    ink = np.zeros((CANVAS, CANVAS), dtype=np.uint8)
+    _frame(canvas, layout)
+    ink = {light: np.zeros((CANVAS, CANVAS), dtype=np.uint8) for light in (False, True)}
     texts = []  # per bar: (label char boxes, value char boxes)
     for bar in layout.bars:
-        top, centre = layout.top(bar), (bar.x0 + bar.x1) // 2
-        canvas[top:base, bar.x0:bar.x1] = COLOUR_RGB[bar.colour]
-        texts.append([
-            glyphs.draw_text(ink, centre - glyphs.text_width(s, size) // 2, y, s, size)
-            for s, y in ((bar.label, base + 6), (str(bar.value), top - GAP - glyphs.cap_height(size)))
-        ])
-    image = glyphs.blend(canvas, ink, TEXT_RGB)
-    inked = ink > INK_THRESHOLD
+        canvas[layout.top(bar):base, bar.x0:bar.x1] = COLOUR_RGB[bar.colour]
+        texts.append(_write(ink, layout, bar))
+    image = glyphs.blend(canvas, ink[False], TEXT_RGB)
+    if ink[True].any():
+        image = glyphs.blend(np.array(image), ink[True], LIGHT_TEXT_RGB)
+    inked = np.maximum(ink[False], ink[True]) > INK_THRESHOLD
     objects, colour_regions, char_regions, bar_regions = [], [], [], []
     for i, (bar, char_boxes) in enumerate(zip(layout.bars, texts)):
         rect = box_mask((bar.x0, layout.top(bar), bar.x1, base))

@@ -9,12 +9,17 @@ Every random choice flows from string-seeded random.Random instances (never
 the global RNG), so a seed reproduces the same sample on any machine. The
 family comes from the seed alone and the task from (seed, family), so
 make_sample(s) == make_sample(s, family, task) for the family and task it picked.
+
+Splits: "train" (held-out seeds of it are the main evaluation), "shifted" (rendering values training
+never sees) and "layout" (chart and scene looks training never draws, fovea.data.looks); make_sample
+draws the base look on "train" and "shifted". Training conversations mix in the training looks.
 """
 import random
 from collections.abc import Iterator
 from pathlib import Path
 
 from fovea.data import charts, ocr, scenes
+from fovea.data.looks import draw_look
 from fovea.data.sample import STYLES, Conversation, Sample
 from fovea.data.text import QA
 
@@ -60,7 +65,7 @@ def _resolve(seed: int, family: str | None, task: str | None) -> tuple[str, str]
 
 
 def _rng(kind: str, seed: int, family: str, task: str, split: str) -> random.Random:
-    """The seeded generator of one sample; the shifted split draws from its own stream."""
+    """The seeded generator of one sample; the shifted and layout splits draw from their own streams."""
     suffix = "" if split == "train" else f"/{split}"
     return random.Random(f"{kind}/{seed}/{family}/{task}{suffix}")
 
@@ -70,12 +75,13 @@ def _check_split(split: str) -> None:
         raise ValueError(f"unknown split {split!r}; expected one of {tuple(STYLES)}")
 
 
-def _layout_and_text(seed: int, family: str, task: str, split: str = "train") -> tuple[object, QA]:
-    """A layout on which `task` has a unique answer (resampled until it has), and its question and answer."""
+def _layout_and_text(seed: int, family: str, task: str, split: str = "train", look=None) -> tuple[object, QA]:
+    """A layout in `look` (None: the base look) on which `task` has a unique answer (resampled until it
+    has), and its question and answer."""
     rng = _rng("sample", seed, family, task, split)
     module = _MODULES[family]
     while True:
-        layout = module.sample_layout(rng, split)
+        layout = module.sample_layout(rng, split) if look is None else module.sample_layout(rng, split, look)
         choices = module.options(layout, task)
         if choices:
             return layout, module.ask(layout, task, _pick(module, layout, task, choices, rng), rng)
@@ -89,24 +95,30 @@ def _pick(module, layout, task: str, choices: list, rng: random.Random):
 
 def make_sample(seed: int, family: str | None = None, task: str | None = None, split: str = "train") -> Sample:
     """The sample for this seed; identical pixels and text every call. `split="shifted"` draws the
-    same kind of question in rendering parameters training never sees (sample.STYLES)."""
+    same kind of question in rendering parameters training never sees (sample.STYLES), `split="layout"`
+    in a chart or scene look training never draws (fovea.data.looks)."""
     _check_split(split)
     family, task = _resolve(seed, family, task)
-    layout, qa = _layout_and_text(seed, family, task, split)
+    look = draw_look(seed, family, split, mixed=False)
+    layout, qa = _layout_and_text(seed, family, task, split, look)
     image, objects, labels = _MODULES[family].render(layout)
-    return Sample(image, qa.question, qa.answer, family, task, qa.short_answer, objects, qa.mentions, labels, split)
+    return Sample(image, qa.question, qa.answer, family, task, qa.short_answer, objects, qa.mentions, labels, split,
+                  look)
 
 
 def make_conversation(seed: int, turns: int, family: str | None = None, task: str | None = None,
                       split: str = "train") -> Conversation:
     """One image and up to `turns` question/answer pairs about it, each of a seeded task that has a
     unique answer on this layout (training packs them into one sequence: one image encode, many
-    lookups). The first turn is make_sample(seed, family, task)'s own question."""
+    lookups). On the "train" split, looks.WIDE_SHARE of chart and scene images are drawn in a training
+    look (never a held-out one), the rest in the base look; on the others the look is make_sample's.
+    In the same look, the first turn is make_sample(seed, family, task)'s own question."""
     _check_split(split)
     family, first = _resolve(seed, family, task)
     module = _MODULES[family]
     rng = _rng("conversation", seed, family, first, split)
-    layout, qa = _layout_and_text(seed, family, first, split)
+    look = draw_look(seed, family, split, mixed=True)
+    layout, qa = _layout_and_text(seed, family, first, split, look)
     qas = [(first, qa)]
     for _ in range(8 * turns):  # bounded: a small layout may offer fewer distinct questions than turns
         if len(qas) == turns:
@@ -118,7 +130,7 @@ def make_conversation(seed: int, turns: int, family: str | None = None, task: st
             if all(new.question != old.question for _, old in qas):
                 qas.append((task, new))
     image, objects, labels = module.render(layout)
-    return Conversation(image, family, qas, objects, labels, split)
+    return Conversation(image, family, qas, objects, labels, split, look)
 
 
 def iter_corpus_text(n: int, start: int = 0) -> Iterator[str]:

@@ -1,6 +1,8 @@
 """The "scene" family: 1-6 flat-coloured shapes, one per cell of a 3x3 grid laid over the
-content rectangle (placed anywhere inside its cell, sizes over a range), on a dark or light
-background, and questions about them.
+content rectangle, on a dark or light background, and questions about them. A scene's look
+(fovea.data.looks) sets the shapes' size range, where each sits in its cell (anywhere, centred, or
+pulled towards the image centre), a frame (none, a border, or lines between the cells) and a
+backdrop panel; a shape never leaves its cell, so positions and neighbours read the same in any look.
 
 A scene is laid out first (pure data, no pixels), so text can be generated without drawing;
 render() draws a layout into the letterboxed canvas. options() lists only questions whose answer
@@ -14,6 +16,7 @@ from PIL import Image, ImageDraw
 
 from fovea.data import text
 from fovea.data.labels import COLOUR_ID, COLOUR_RGB, SHAPE_ID, SHAPES, patch_labels
+from fovea.data.looks import BASE_SCENE, SceneLook
 from fovea.data.sample import CANVAS, PAD_RGB, STYLES, Obj, box_of, content_rect
 from fovea.data.text import QA, Name
 
@@ -22,6 +25,8 @@ KINDS = SHAPES[1:]
 PALETTE = tuple(COLOUR_RGB)
 LIGHT_PALETTE = tuple(c for c in PALETTE if c not in ("white", "yellow"))  # they vanish on light paper
 LARGE_FROM = 18  # radius (px) from which a shape is called "large"
+LINE_CONTRAST, PANEL_CONTRAST = 80, 16  # frame lines and an inset panel: this much off the background
+PANEL_INSET = 0.08  # an inset panel's margin, as a share of the image's shorter side
 POSITIONS = (  # no name is a substring of another, so short answers cannot match by accident
     ("top left", "top middle", "top right"),
     ("middle left", "centre", "middle right"),
@@ -60,28 +65,41 @@ class Layout:
     shapes: tuple[Shape, ...]  # row-major order, which is also the order of Sample.objects
     background: tuple[int, int, int]
     rect: tuple[int, int, int, int]  # content rectangle in the canvas
+    look: SceneLook = BASE_SCENE
 
 
 def _is_light(rgb: tuple[int, int, int]) -> bool:
     return sum(rgb) > 3 * 128
 
 
-def sample_layout(rng: random.Random, split: str = "train") -> Layout:
+def _centre(rng: random.Random, look: SceneLook, rect, cell: tuple[float, float], row: int, col: int,
+            radius: int) -> tuple[int, int]:
+    """A shape's centre inside its cell, 2 px clear of the cell's edges: anywhere ("jitter", positions off
+    any patch grid), at the cell's centre ("centred"), or as far towards the image centre as it goes
+    ("inward": the shapes pack around the middle)."""
+    cell_w, cell_h = cell
+    slack_x, slack_y = int(cell_w / 2) - radius - 2, int(cell_h / 2) - radius - 2
+    cx, cy = round(rect[0] + (col + 0.5) * cell_w), round(rect[1] + (row + 0.5) * cell_h)
+    if look.placement == "jitter":
+        return cx + rng.randint(-slack_x, slack_x), cy + rng.randint(-slack_y, slack_y)
+    if look.placement == "inward":
+        return cx + (1 - col) * slack_x, cy + (1 - row) * slack_y
+    return cx, cy
+
+
+def sample_layout(rng: random.Random, split: str = "train", look: SceneLook = BASE_SCENE) -> Layout:
     style = STYLES[split]
     rect = content_rect(rng.choice(style.sizes))
     background = rng.choice(style.scene_backgrounds)
     palette = LIGHT_PALETTE if _is_light(background) else PALETTE
-    cell_w, cell_h = (rect[2] - rect[0]) / 3, (rect[3] - rect[1]) / 3
+    cell = cell_w, cell_h = (rect[2] - rect[0]) / 3, (rect[3] - rect[1]) / 3
     shapes = []
-    for cell in sorted(rng.sample(range(9), rng.randint(1, 6))):
-        row, col = divmod(cell, 3)
-        radius = min(rng.randint(*style.shape_radius), int(min(cell_w, cell_h) / 2) - 2)
-        # anywhere in its cell with a 2-px margin: positions are off any patch grid
-        slack_x, slack_y = int(cell_w / 2) - radius - 2, int(cell_h / 2) - radius - 2
-        cx = round(rect[0] + (col + 0.5) * cell_w) + rng.randint(-slack_x, slack_x)
-        cy = round(rect[1] + (row + 0.5) * cell_h) + rng.randint(-slack_y, slack_y)
+    for index in sorted(rng.sample(range(9), rng.randint(1, 6))):
+        row, col = divmod(index, 3)
+        radius = min(rng.randint(*(look.radius or style.shape_radius)), int(min(cell_w, cell_h) / 2) - 2)
+        cx, cy = _centre(rng, look, rect, cell, row, col, radius)
         shapes.append(Shape(rng.choice(KINDS), rng.choice(palette), row, col, cx, cy, radius))
-    return Layout(tuple(shapes), background, rect)
+    return Layout(tuple(shapes), background, rect, look)
 
 
 def options(layout: Layout, task: str) -> list:
@@ -214,6 +232,29 @@ def _draw_shape(draw: ImageDraw.ImageDraw, kind: str, cx: int, cy: int, r: int, 
     draw.polygon([(cx + x * r, cy + y * r) for x, y in points], fill=fill)
 
 
+def _off(rgb: tuple[int, int, int], amount: int) -> tuple[int, int, int]:
+    """rgb moved `amount` towards the other end of the scale: darker on light, lighter on dark."""
+    step = -amount if _is_light(rgb) else amount
+    return tuple(min(255, max(0, c + step)) for c in rgb)
+
+
+def _backdrop(canvas: np.ndarray, layout: Layout) -> None:
+    """Draw the look's inset panel and frame lines into canvas [CANVAS, CANVAS, 3], under the shapes
+    (frame lines sit in the 2 px every shape keeps clear of its cell's edges)."""
+    x0, y0, x1, y1 = layout.rect
+    if layout.look.panel == "inset":
+        m = round(PANEL_INSET * min(x1 - x0, y1 - y0))
+        canvas[y0 + m:y1 - m, x0 + m:x1 - m] = _off(layout.background, PANEL_CONTRAST)
+    line = _off(layout.background, LINE_CONTRAST)
+    if layout.look.frame == "border":
+        canvas[y0:y1, x0:x1][[0, 1, -2, -1], :] = line
+        canvas[y0:y1, x0:x1][:, [0, 1, -2, -1]] = line
+    elif layout.look.frame == "cells":
+        for k in (1, 2):
+            canvas[y0:y1, round(x0 + k * (x1 - x0) / 3)] = line
+            canvas[round(y0 + k * (y1 - y0) / 3), x0:x1] = line
+
+
 def render(layout: Layout) -> tuple[Image.Image, list[Obj], dict[str, np.ndarray]]:
     """Draw a layout: (RGB content image, objects in layout order, patch labels on the canvas)."""
     # Every shape is drawn into one id map (1 + index), so masks never overlap.
@@ -226,6 +267,7 @@ def render(layout: Layout) -> tuple[Image.Image, list[Obj], dict[str, np.ndarray
     canvas[:] = PAD_RGB
     x0, y0, x1, y1 = layout.rect
     canvas[y0:y1, x0:x1] = layout.background
+    _backdrop(canvas, layout)
     objects, colour_regions, shape_regions = [], [], []
     for i, s in enumerate(layout.shapes):
         mask = ids == i + 1
