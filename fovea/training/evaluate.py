@@ -1,10 +1,13 @@
 """`python -m fovea.train evaluate`: exact-answer accuracy of the bundled target on held-out
 questions of every task (seeds >= 1e9, never used in training), on the training rendering style and
 on the *shifted* split whose rendering parameters training never sees (fovea.data.STYLES), written
-to a committed results file with every question's output beside it.
+to a committed results file with every question's output beside it. `--splits layout` adds the
+chart and scene questions drawn in looks training never draws (fovea.data.looks); it is not a
+default split, so the committed results keep their meaning.
 
 The bar (issue "A bundled VLM that actually sees"): >= 95% on the lookup tasks in BAR_95, >= 90% on
-every other task, and >= 90% on every task of the shifted split.
+every other task, and >= 90% on every task of the shifted split. The layout split (issue 36): >= 90%
+on every chart and scene lookup task (LAYOUT_BAR).
 """
 from __future__ import annotations
 
@@ -16,21 +19,32 @@ from pathlib import Path
 import torch
 
 from fovea.data import TASKS, eval_seeds, make_sample
+from fovea.data.looks import LOOKS
 from fovea.data.scoring import answer_correct
 from fovea.models.bundled import ASSETS, DEFAULT_TARGET_DIR, load_target
 from fovea.training.target import evaluate
 
 BAR_95 = ("scene/colour", "scene/count", "scene/position", "ocr/read", "chart/value", "chart/highest")
-SPLITS = ("train", "shifted")
+SPLITS = ("train", "shifted", "layout")
+DEFAULT_SPLITS = ("train", "shifted")
+LAYOUT_BAR = ("scene/colour", "scene/count", "scene/position", "scene/spatial", "chart/value", "chart/highest")
 SCORER = "slot: each answer read at its template slot (fovea.data.scoring)"
 
 
 def bar_report(acc: dict[str, dict[str, float]]) -> dict:
-    """Which bars each task meets: 95% on BAR_95 and 90% elsewhere (training style), 90% shifted."""
-    misses = [f"{task} {a:.0%} < {0.95 if task in BAR_95 else 0.9:.0%}" for task, a in acc["train"].items()
+    """Which bars each task meets: 95% on BAR_95 and 90% elsewhere (training style), 90% shifted, and
+    90% on the layout split's LAYOUT_BAR tasks; only the splits evaluated are judged."""
+    misses = [f"{task} {a:.0%} < {0.95 if task in BAR_95 else 0.9:.0%}" for task, a in acc.get("train", {}).items()
               if a < (0.95 if task in BAR_95 else 0.9)]
     misses += [f"shifted {task} {a:.0%} < 90%" for task, a in acc.get("shifted", {}).items() if a < 0.9]
+    misses += [f"layout {task} {a:.0%} < 90%" for task, a in acc.get("layout", {}).items()
+               if task in LAYOUT_BAR and a < 0.9]
     return {"meets_bar": not misses, "misses": misses}
+
+
+def split_tasks(split: str) -> list[tuple[str, str]]:
+    """(family, task) of every task a split asks: the layout split only those of families with looks."""
+    return [(fam, task) for fam, names in TASKS.items() for task in names if split != "layout" or fam in LOOKS]
 
 
 @torch.no_grad()
@@ -137,7 +151,8 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m fovea.train evaluate", description=__doc__)
     p.add_argument("--target", type=Path, default=DEFAULT_TARGET_DIR)
     p.add_argument("--n", type=int, default=50, help="questions per task and split")
-    p.add_argument("--splits", nargs="+", default=list(SPLITS), choices=SPLITS)
+    p.add_argument("--splits", nargs="+", default=list(DEFAULT_SPLITS), choices=SPLITS,
+                   help="train and shifted by default; layout: chart and scene questions in held-out looks")
     p.add_argument("--out", type=Path, default=ASSETS / "results" / "target_accuracy.json")
     p.add_argument("--rescore", action="store_true",
                    help="generate nothing: re-score the answers already saved beside --out with the current scorer")
@@ -147,13 +162,12 @@ def main(argv=None) -> None:
     if args.rescore:
         return rescore(args.out)
     target = load_target(args.target)
-    tasks = [(fam, task) for fam, names in TASKS.items() for task in names]
     t0 = time.time()
     acc, details = {}, []
     for split in args.splits:
         rows: list = []
-        acc[split] = evaluate(target.model, target.tokenizer, n_per_task=args.n, tasks=tasks, split=split,
-                              details=rows)
+        acc[split] = evaluate(target.model, target.tokenizer, n_per_task=args.n, tasks=split_tasks(split),
+                              split=split, details=rows)
         details += [{"split": split, **r} for r in rows]
     report = {"date": time.strftime("%Y-%m-%d"), "target": str(args.target), "n_per_task": args.n,
               "scorer": SCORER, "accuracy": acc, **bar_report(acc), "step_costs": step_costs(target),
