@@ -1,5 +1,6 @@
 """Properties of the procedural data generator (fovea.data): determinism,
-seed ranges, answer wording, object masks, mentions and patch labels."""
+seed ranges, answer wording, object masks, mentions and patch labels, on the training split and on
+the layout split's held-out looks (tests/test_layouts.py checks the looks themselves)."""
 import dataclasses
 import re
 import random
@@ -30,16 +31,18 @@ from fovea.data.sample import MAX_WORDS, MIN_STYLE_DISTANCE, MIN_WORDS, PAD_RGB,
 from fovea.data.scenes import POSITIONS, RELATIONS
 from fovea.data.text import TALLY
 
-SEEDS_PER_TASK = 200
+SEEDS_PER_TASK = {"train": 200, "layout": 60}  # the layout split's looks: fewer seeds, same properties
 ALL_TASKS = [(family, task) for family in FAMILIES for task in TASKS[family]]
 # Label kinds that carry supervision in each family; the rest must be all IGNORE.
 APPLIES = {"scene": {"colour", "shape"}, "ocr": {"char"}, "chart": {"colour", "char", "bar"}}
 
 
-@pytest.fixture(scope="module")
-def samples():
-    """SEEDS_PER_TASK samples of every (family, task), generated once for all property tests."""
-    return [make_sample(seed, family, task) for family, task in ALL_TASKS for seed in range(SEEDS_PER_TASK)]
+@pytest.fixture(scope="module", params=list(SEEDS_PER_TASK))
+def samples(request):
+    """SEEDS_PER_TASK samples of every (family, task) of a split, generated once for all property tests."""
+    split = request.param
+    return [make_sample(seed, family, task, split=split) for family, task in ALL_TASKS
+            for seed in range(SEEDS_PER_TASK[split])]
 
 
 def _same(a, b) -> bool:
@@ -143,11 +146,16 @@ def test_shifted_split_uses_rendering_parameters_training_never_sees():
 
 
 def test_conversation_turns_are_distinct_questions_about_one_image():
+    from fovea.data.looks import LOOKS
+
     for seed in range(30):
         conv = make_conversation(seed, 4)
-        first = make_sample(seed, conv.family, conv.turns[0][0])
-        assert conv.turns[0][1].question == first.question
-        assert np.array_equal(np.asarray(conv.image), np.asarray(first.image))
+        if conv.look is None:  # the base look: the first turn is make_sample's own question and image
+            first = make_sample(seed, conv.family, conv.turns[0][0])
+            assert conv.turns[0][1].question == first.question
+            assert np.array_equal(np.asarray(conv.image), np.asarray(first.image))
+        else:
+            assert conv.look in LOOKS[conv.family]["train"]
         questions = [qa.question for _, qa in conv.turns]
         assert len(set(questions)) == len(questions) and 1 <= len(questions) <= 4
         assert all(task in TASKS[conv.family] for task, _ in conv.turns)
@@ -383,13 +391,16 @@ def test_count_answers_walk_every_shape_and_tick_it():
     for a kind or colour question) and 'no' or the running tally as a word (stressed with the ';' / '.'
     that goes on or stops), and only then the count as a digit: the first number of the answer, where
     the scorer reads it."""
-    from fovea.data import make_conversation
+    from fovea.data import Sample, make_conversation
     from fovea.data.scoring import answer_correct
 
     for seed in range(40):
-        sample = make_sample(seed, "scene", "count")
-        qa = make_conversation(seed, 1, "scene", "count").turns[0][1]
-        assert qa.answer == sample.answer
+        conv = make_conversation(seed, 1, "scene", "count")  # it keeps the stress; half of them in training looks
+        qa = conv.turns[0][1]
+        if conv.look is None:
+            assert qa.answer == make_sample(seed, "scene", "count").answer
+        sample = Sample(conv.image, qa.question, qa.answer, "scene", "count", qa.short_answer, conv.objects,
+                        qa.mentions, conv.patch_labels)
         words = [qa.answer[a:b] for a, b in qa.stress]
         assert len(words) == len(sample.objects)                   # every shape is ticked, matching or not
         named = [o.label for o in sample.objects]
