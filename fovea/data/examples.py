@@ -2,15 +2,22 @@
 written as PNGs plus an examples.json that keeps each question's gold short answer, so a test can
 check that the shipped model answers its own examples right.
 
-`python -m fovea.data.examples [folder]` rewrites assets/examples. Knows nothing about models.
+`python -m fovea.data.examples [folder]` rewrites assets/examples; `python -m fovea.data.examples
+--looks [folder]` rewrites assets/results/layouts, sheets of chart and scene images in training and
+held-out looks (fovea.data.looks) with a looks.json naming each tile's look. Knows nothing about models.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
-from fovea.data.generate import EVAL_SEED_START, make_sample
+from PIL import Image
+
+from fovea.data.generate import EVAL_SEED_START, eval_seeds, make_conversation, make_sample
+from fovea.data.looks import LOOKS
+from fovea.data.sample import CANVAS, letterbox
 
 # (family, task): one a user would try first per family, plus lookups that need the image.
 PICKS = (("scene", "count"), ("scene", "colour"), ("scene", "position"), ("ocr", "read"),
@@ -40,8 +47,41 @@ def write_examples(folder: str | Path, picks=PICKS) -> list[dict]:
     return entries
 
 
+def _in_looks(family: str, side: str, n: int) -> list:
+    """The first n images of a family in held-out looks (the layout split) or in training looks (the
+    training conversations drawn in one)."""
+    if side == "held_out":
+        return [make_sample(seed, family, split="layout") for seed in eval_seeds(n)]
+    convs = (make_conversation(seed, 1, family) for seed in range(EVAL_SEED_START))
+    return [c for _, c in zip(range(n), (c for c in convs if c.look is not None))]
+
+
+def write_look_sheets(folder: str | Path, per_sheet: int = 4) -> dict:
+    """One PNG per (training or held-out looks, chart or scene): per_sheet model inputs side by side, at
+    the model's canvas size; and looks.json with each tile's look. Returns that json's content."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    index = {}
+    for side, family in ((side, family) for side in ("training", "held_out") for family in LOOKS):
+        images = _in_looks(family, side, per_sheet)
+        sheet = Image.new("RGB", (per_sheet * (CANVAS + 4) - 4, CANVAS), (255, 255, 255))
+        for i, image in enumerate(images):
+            sheet.paste(letterbox(image.image), (i * (CANVAS + 4), 0))
+        name = f"{side}_{family}.png"
+        sheet.save(folder / name, optimize=True)
+        index[name] = [dataclasses.asdict(image.look) for image in images]
+    (folder / "looks.json").write_text(json.dumps(index, indent=1) + "\n")
+    return index
+
+
 if __name__ == "__main__":
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "assets" / "examples"
-    for old in out.glob("*.png"):
-        old.unlink()
-    print(json.dumps(write_examples(out), indent=1))
+    looks = "--looks" in sys.argv[1:]
+    args = [a for a in sys.argv[1:] if a != "--looks"]
+    root = Path(__file__).resolve().parents[2] / "assets"
+    out = Path(args[0]) if args else root / ("results/layouts" if looks else "examples")
+    if looks:
+        print(json.dumps(write_look_sheets(out), indent=1))
+    else:
+        for old in out.glob("*.png"):
+            old.unlink()
+        print(json.dumps(write_examples(out), indent=1))
