@@ -18,10 +18,11 @@ from fovea.data.generate import (
     tuning_seeds,
 )
 from fovea.data.labels import CHARSET, COLOURS, NUM_LABELS, SHAPES
-from fovea.data.sample import CANVAS, GRID, IGNORE, IMAGE_SIZE, PATCH, STYLES, Conversation, Mention, Obj, Sample, letterbox
+from fovea.data.sample import (CANVAS, GRID, IGNORE, IMAGE_SIZE, PATCH, SPLITS, STYLES, Conversation, Mention, Obj, Sample,
+                               letterbox)
 
 __all__ = [
-    "CANVAS", "CHARSET", "COLOURS", "Conversation", "STYLES", "letterbox", "EVAL_SEED_START", "FAMILIES", "GRID", "IGNORE", "IMAGE_SIZE", "NUM_LABELS", "PATCH",
+    "CANVAS", "CHARSET", "COLOURS", "Conversation", "SPLITS", "STYLES", "letterbox", "EVAL_SEED_START", "FAMILIES", "GRID", "IGNORE", "IMAGE_SIZE", "NUM_LABELS", "PATCH",
     "SHAPES", "TASKS", "TUNE_SEED_START", "Mention", "Obj", "Sample", "eval_seeds", "iter_corpus_text", "make_conversation", "make_sample",
     "save_examples", "train_seeds", "tuning_seeds",
 ]

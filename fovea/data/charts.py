@@ -16,7 +16,7 @@ from PIL import Image
 from fovea.data import glyphs, ocr, text
 from fovea.data.labels import CHAR_ID, COLOUR_ID, COLOUR_RGB, box_mask, patch_labels
 from fovea.data.looks import BASE_CHART, ChartLook
-from fovea.data.sample import CANVAS, PAD_RGB, STYLES, Obj, box_of, content_rect
+from fovea.data.sample import CANVAS, PAD_RGB, Obj, box_of, content_rect, split_style
 from fovea.data.text import QA, Name
 
 TASKS = ("highest", "value", "describe")
@@ -100,7 +100,7 @@ def _bar_count(rng: random.Random, look: ChartLook, font_size: int, plot_width: 
 
 
 def sample_layout(rng: random.Random, split: str = "train", look: ChartLook = BASE_CHART) -> Layout:
-    style = STYLES[split]
+    style = split_style(split)
     rect = content_rect(rng.choice(style.sizes))
     font_size = rng.choice(style.chart_font_sizes)
     plot_x0, plot_x1 = rect[0] + 12, rect[2] - 4

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from fovea.data import charts, ocr, scenes
 from fovea.data.looks import draw_look
-from fovea.data.sample import STYLES, Conversation, Sample
+from fovea.data.sample import SPLITS, Conversation, Sample
 from fovea.data.text import QA
 
 FAMILIES = ("scene", "ocr", "chart")
@@ -71,8 +71,8 @@ def _rng(kind: str, seed: int, family: str, task: str, split: str) -> random.Ran
 
 
 def _check_split(split: str) -> None:
-    if split not in STYLES:
-        raise ValueError(f"unknown split {split!r}; expected one of {tuple(STYLES)}")
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {tuple(SPLITS)}")
 
 
 def _layout_and_text(seed: int, family: str, task: str, split: str = "train", look=None) -> tuple[object, QA]:

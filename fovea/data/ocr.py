@@ -14,7 +14,7 @@ from PIL import Image
 
 from fovea.data import glyphs, text
 from fovea.data.labels import CHAR_ID, box_mask, patch_labels
-from fovea.data.sample import CANVAS, PAD_RGB, STYLES, Obj, box_of, content_rect
+from fovea.data.sample import CANVAS, PAD_RGB, Obj, box_of, content_rect, split_style
 from fovea.data.text import QA, Name
 
 TASKS = ("read", "top", "word_count")
@@ -43,7 +43,7 @@ class Layout:
 
 
 def sample_layout(rng: random.Random, split: str = "train") -> Layout:
-    style = STYLES[split]
+    style = split_style(split)
     rect = content_rect(rng.choice(style.sizes))
     width, height = rect[2] - rect[0], rect[3] - rect[1]
     n = rng.randint(1, 3)

@@ -179,7 +179,14 @@ TRAIN = Style(
     paper=(((20, 22, 30), (240, 240, 240)), ((24, 24, 24), (250, 230, 40)), ((16, 28, 36), (0, 215, 220)),
            ((235, 232, 220), (20, 20, 20)), ((245, 245, 245), (30, 40, 120))) + _papers("style/paper", 27),
 )
-STYLES = {"train": TRAIN, "shifted": SHIFTED, "layout": TRAIN}  # split -> its rendering style
+STYLES = {"train": TRAIN, "shifted": SHIFTED}  # the rendering styles, by name
+# split -> the rendering style it draws in; the layout split holds out looks instead (fovea.data.looks)
+SPLITS = {"train": "train", "shifted": "shifted", "layout": "train"}
+
+
+def split_style(split: str) -> Style:
+    """The rendering style of a split's images."""
+    return STYLES[SPLITS[split]]
 
 
 def content_rect(size: tuple[int, int], canvas: int = CANVAS) -> tuple[int, int, int, int]:

@@ -17,7 +17,7 @@ from PIL import Image, ImageDraw
 from fovea.data import text
 from fovea.data.labels import COLOUR_ID, COLOUR_RGB, SHAPE_ID, SHAPES, patch_labels
 from fovea.data.looks import BASE_SCENE, SceneLook
-from fovea.data.sample import CANVAS, PAD_RGB, STYLES, Obj, box_of, content_rect
+from fovea.data.sample import CANVAS, PAD_RGB, Obj, box_of, content_rect, split_style
 from fovea.data.text import QA, Name
 
 TASKS = ("describe", "count", "colour", "spatial", "position")
@@ -88,7 +88,7 @@ def _centre(rng: random.Random, look: SceneLook, rect, cell: tuple[float, float]
 
 
 def sample_layout(rng: random.Random, split: str = "train", look: SceneLook = BASE_SCENE) -> Layout:
-    style = STYLES[split]
+    style = split_style(split)
     rect = content_rect(rng.choice(style.sizes))
     background = rng.choice(style.scene_backgrounds)
     palette = LIGHT_PALETTE if _is_light(background) else PALETTE

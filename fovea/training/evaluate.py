@@ -18,14 +18,13 @@ from pathlib import Path
 
 import torch
 
-from fovea.data import TASKS, eval_seeds, make_sample
+from fovea.data import SPLITS, TASKS, eval_seeds, make_sample
 from fovea.data.looks import LOOKS
 from fovea.data.scoring import answer_correct
 from fovea.models.bundled import ASSETS, DEFAULT_TARGET_DIR, load_target
 from fovea.training.target import evaluate
 
 BAR_95 = ("scene/colour", "scene/count", "scene/position", "ocr/read", "chart/value", "chart/highest")
-SPLITS = ("train", "shifted", "layout")
 DEFAULT_SPLITS = ("train", "shifted")
 LAYOUT_BAR = ("scene/colour", "scene/count", "scene/position", "scene/spatial", "chart/value", "chart/highest")
 SCORER = "slot: each answer read at its template slot (fovea.data.scoring)"
@@ -151,7 +150,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m fovea.train evaluate", description=__doc__)
     p.add_argument("--target", type=Path, default=DEFAULT_TARGET_DIR)
     p.add_argument("--n", type=int, default=50, help="questions per task and split")
-    p.add_argument("--splits", nargs="+", default=list(DEFAULT_SPLITS), choices=SPLITS,
+    p.add_argument("--splits", nargs="+", default=list(DEFAULT_SPLITS), choices=list(SPLITS),
                    help="train and shifted by default; layout: chart and scene questions in held-out looks")
     p.add_argument("--out", type=Path, default=ASSETS / "results" / "target_accuracy.json")
     p.add_argument("--rescore", action="store_true",
