@@ -27,7 +27,7 @@ class DenoiseStep:
     step: int                                # 0-based; one denoising forward each
     block: int                               # the block the schedule was decoding
     prediction: tuple[int, ...]              # [L] committed token, else this step's argmax
-    confidence: tuple[float, ...]            # [L] this step's probability of `prediction`
+    confidence: tuple[float, ...]            # [L] top-1 probability: this step's where masked, at commit where committed
     committed: tuple[bool, ...]              # [L] after this step
     span: tuple[int, int] | None             # the candidate span [start, end) when a parser ran
     rule: str                                # one of RULES
@@ -48,6 +48,7 @@ class DiffusionResult:
 class CanvasState:
     tokens: torch.Tensor                     # [L] long, the mask id where not yet committed
     committed: torch.Tensor                  # [L] bool
+    confidence: torch.Tensor                 # [L] each committed token's probability when it was committed
     block: int = 0
     held: int = 0                            # consecutive steps the candidate span has held
     last_span: tuple | None = None           # (start, end, its tokens) at the previous step
@@ -58,10 +59,12 @@ def block_bounds(block: int, block_length: int, length: int) -> tuple[int, int]:
 
 
 def read_prediction(logits: torch.Tensor, state: CanvasState) -> tuple[torch.Tensor, torch.Tensor]:
-    """(prediction [L]: committed tokens kept, argmax elsewhere; confidence [L]: its probability)."""
-    probs = logits.softmax(-1)                                                   # [L, V]
-    pred = torch.where(state.committed, state.tokens, probs.argmax(-1))
-    return pred, probs.gather(-1, pred[:, None])[:, 0]
+    """(prediction [L], confidence [L]): where committed, the token and its probability when it was committed
+    (the denoiser is never trained to predict a visible token, so its later logits there mean nothing);
+    elsewhere this step's argmax and top-1 probability."""
+    top, arg = logits.softmax(-1).max(-1)                                        # [L], [L]
+    return (torch.where(state.committed, state.tokens, arg),
+            torch.where(state.committed, state.confidence, top))
 
 
 def cvc_fires(state: CanvasState, span, pred_list: list[int], conf: torch.Tensor, cfg) -> bool:
@@ -104,9 +107,10 @@ def advance_block(state: CanvasState, block_length: int, length: int) -> None:
         state.block += 1
 
 
-def commit(state: CanvasState, pred: torch.Tensor, where: torch.Tensor) -> None:
-    """Fix the predicted tokens at `where` (bool [L] or index [K])."""
+def commit(state: CanvasState, pred: torch.Tensor, conf: torch.Tensor, where: torch.Tensor) -> None:
+    """Fix the predicted tokens at `where` (bool [L] or index [K]) with their confidence."""
     state.tokens[where] = pred[where]
+    state.confidence[where] = conf[where]
     state.committed[where] = True
 
 
@@ -115,15 +119,15 @@ def step_rule(state, pred, conf, span, pred_list, cfg: DiffusionDecodeConfig, le
     lo, hi = block_bounds(state.block, cfg.schedule.block_length, length)
     final = hi == length
     if cfg.latch.cvc and cvc_fires(state, span, pred_list, conf, cfg.latch):
-        commit(state, pred, ~state.committed)
+        commit(state, pred, conf, ~state.committed)
         return "cvc"
     if gate_fires(conf, cfg.gate.threshold):
-        commit(state, pred, ~state.committed)
+        commit(state, pred, conf, ~state.committed)
         return "gate"
     if cfg.latch.bwec and bwec_fires(state, conf, lo, hi, final, cfg.latch.tau_b):
-        commit(state, pred, lo + (~state.committed[lo:hi]).nonzero()[:, 0])
+        commit(state, pred, conf, lo + (~state.committed[lo:hi]).nonzero()[:, 0])
         return "bwec"
-    commit(state, pred, schedule_picks(state, conf, lo, hi, cfg.schedule))
+    commit(state, pred, conf, schedule_picks(state, conf, lo, hi, cfg.schedule))
     return "threshold" if cfg.schedule.unmask_threshold is not None else "schedule"
 
 
@@ -138,7 +142,8 @@ def diffusion_generate(model, image, question: str, cfg: DiffusionDecodeConfig =
     length, mask_id = model.canvas.length, model.canvas.mask_token_id
     cache, last_id, start = model.prefill(image, question)
     state = CanvasState(torch.full((length,), mask_id, device=model.device),
-                        torch.zeros(length, dtype=torch.bool, device=model.device))
+                        torch.zeros(length, dtype=torch.bool, device=model.device),
+                        torch.zeros(length, device=model.device))
     parse = (cfg.latch.cvc or record) and task is not None
     steps, rule, nfe = [], "schedule", 0
     while not bool(state.committed.all()):
