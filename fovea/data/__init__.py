@@ -18,8 +18,8 @@ from fovea.data.generate import (
     tuning_seeds,
 )
 from fovea.data.labels import CHARSET, COLOURS, NUM_LABELS, SHAPES
-from fovea.data.sample import (CANVAS, GRID, IGNORE, IMAGE_SIZE, PATCH, SPLITS, STYLES, Conversation, Mention, Obj, Sample,
-                               letterbox)
+from fovea.data.sample import (CANVAS, GRID, IGNORE, IMAGE_SIZE, PATCH, SPLITS, STYLES, Conversation, Mention, Obj,
+                               Sample, letterbox)
 
 __all__ = [
     "CANVAS", "CHARSET", "COLOURS", "Conversation", "SPLITS", "STYLES", "letterbox", "EVAL_SEED_START", "FAMILIES", "GRID", "IGNORE", "IMAGE_SIZE", "NUM_LABELS", "PATCH",

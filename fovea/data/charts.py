@@ -84,8 +84,8 @@ def _bar_count(rng: random.Random, look: ChartLook, font_size: int, plot_width: 
     """3-5 bars and the (min, max) letters of their labels. Bars are dropped (down to 3) until labels of
     the look's length have room: the 2n-th narrowest letter, repeated that often, fits a bar's slot with
     the look's label_spare, so n distinct labels are easy to draw (the base look's fonts always leave
-    room for one letter). A look without a length gives each label 1 up to MAX_LABEL[n] letters; one with a length
-    gives every label that many, fewer where even 3 bars leave too little room."""
+    room for one letter). A look without a length gives each label 1 up to MAX_LABEL[n] letters; one
+    with a length gives every label that many, fewer where even 3 bars leave too little room."""
     n = rng.randint(3, 5)
 
     def fits(length: int, bars: int) -> bool:

@@ -42,7 +42,7 @@ class ChartLook:
 @dataclass(frozen=True)
 class SceneLook:
     radius: tuple[int, int] | None  # inclusive radius range in px; None: the split style's shape_radius
-    placement: str  # "jitter" (anywhere in its cell), "centred" (at its cell's centre), "inward" (pulled to the image centre)
+    placement: str  # "jitter" (anywhere in its cell), "centred" (its cell's centre), "inward" (towards the image centre)
     frame: str  # "none", "border" (a line around the image) or "cells" (lines between the 3x3 cells)
     panel: str  # "flat" background, or "inset": a slightly lighter or darker panel inside it
 
