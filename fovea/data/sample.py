@@ -164,22 +164,24 @@ def _luma(rgb: tuple[int, int, int]) -> float:
 # values inside the training range (fonts, colours) and outside it (aspect ratios; shape radii 11-26
 # lie outside the base look's 13-24, though inside the 9-30 that training's widened scene looks span).
 # The "layout" split renders in the training style: what it holds out is looks (fovea.data.looks).
-TRAIN = Style(
-    # aspect ratios 1 to 1.6 either way (the shifted split's 1.5 and 1.09 fall between them, never on them)
-    sizes=((192, 192), (192, 144), (144, 192), (192, 160), (160, 192), (192, 120), (120, 192), (192, 184),
-           (184, 192)),
-    scene_backgrounds=((18, 18, 22), (30, 30, 38), (14, 26, 34), (36, 30, 28),  # dark
-                       (236, 234, 226), (246, 246, 246), (222, 230, 238))         # light
-    + _tints("style/scene/dark", 8, 8, 44, 12) + _tints("style/scene/light", 8, 214, 248, 10)
-    + _hued("style/scene/hued", 12),
-    shape_radius=(13, 24),
-    font_sizes=(25, 26, 28, 29, 30, 31, 32, 33, 35, 36),
-    chart_font_sizes=(19, 20, 22, 23, 24, 25, 27),
-    chart_paper=((245, 245, 245), (236, 236, 230), (250, 248, 240)) + _tints("style/chart", 9, 222, 252, 10),
-    paper=(((20, 22, 30), (240, 240, 240)), ((24, 24, 24), (250, 230, 40)), ((16, 28, 36), (0, 215, 220)),
-           ((235, 232, 220), (20, 20, 20)), ((245, 245, 245), (30, 40, 120))) + _papers("style/paper", 27),
-)
-STYLES = {"train": TRAIN, "shifted": SHIFTED}  # the rendering styles, by name
+STYLES = {
+    "train": Style(
+        # aspect ratios 1 to 1.6 either way (the shifted split's 1.5 and 1.09 fall between them, never on them)
+        sizes=((192, 192), (192, 144), (144, 192), (192, 160), (160, 192), (192, 120), (120, 192), (192, 184),
+               (184, 192)),
+        scene_backgrounds=((18, 18, 22), (30, 30, 38), (14, 26, 34), (36, 30, 28),  # dark
+                           (236, 234, 226), (246, 246, 246), (222, 230, 238))         # light
+        + _tints("style/scene/dark", 8, 8, 44, 12) + _tints("style/scene/light", 8, 214, 248, 10)
+        + _hued("style/scene/hued", 12),
+        shape_radius=(13, 24),
+        font_sizes=(25, 26, 28, 29, 30, 31, 32, 33, 35, 36),
+        chart_font_sizes=(19, 20, 22, 23, 24, 25, 27),
+        chart_paper=((245, 245, 245), (236, 236, 230), (250, 248, 240)) + _tints("style/chart", 9, 222, 252, 10),
+        paper=(((20, 22, 30), (240, 240, 240)), ((24, 24, 24), (250, 230, 40)), ((16, 28, 36), (0, 215, 220)),
+               ((235, 232, 220), (20, 20, 20)), ((245, 245, 245), (30, 40, 120))) + _papers("style/paper", 27),
+    ),
+    "shifted": SHIFTED,
+}  # the rendering styles, by name
 # split -> the rendering style it draws in; the layout split holds out looks instead (fovea.data.looks)
 SPLITS = {"train": "train", "shifted": "shifted", "layout": "train"}
 
