@@ -76,13 +76,16 @@ def test_hidden_loss_compares_the_last_layer_of_each_group():
     assert hidden_loss(s[::-1], t, torch.zeros(1, 3)) == 0           # every row gated off: no term
 
 
-def test_teacher_right_gates_rows_with_any_wrong_answer_token():
+def test_teacher_right_gates_rows_with_a_wrong_fact_token_only():
     labels = torch.tensor([[0, 5, 6, 7], [0, 5, 6, 7]])
-    weights = torch.tensor([[0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 1.0]])
+    weights = torch.tensor([[0.0, 0.0, 3.0, 3.0], [0.0, 1.0, 3.0, 3.0]])   # > 1: fact tokens
     logits = torch.zeros(2, 3, 10)
     logits[0, torch.arange(3), torch.tensor([1, 6, 7])] = 1.0   # row 0: right on the answer (pos 0 unweighted)
-    logits[1, torch.arange(3), torch.tensor([5, 6, 1])] = 1.0   # row 1: last answer token wrong
+    logits[1, torch.arange(3), torch.tensor([5, 6, 1])] = 1.0   # row 1: last fact token wrong
     assert teacher_right(logits, {"labels": labels, "weights": weights}).tolist() == [True, False]
+    logits[1, 0, 5], logits[1, 0, 4] = 0.0, 1.0                  # a phrasing token (weight 1) wrong: no matter
+    logits[1, 2, 1], logits[1, 2, 7] = 0.0, 1.0                  # ... and the fact token right again
+    assert teacher_right(logits, {"labels": labels, "weights": weights}).tolist() == [True, True]
 
 
 def test_deep_student_rejects_a_depth_that_is_not_a_multiple(teacher_and_tokenizer):

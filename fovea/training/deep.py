@@ -13,8 +13,8 @@ tokens up-weighted)
      + hidden_weight x the normalised squared distance between the student's stream after layer
        (k+1)L/T - 1 and the teacher's after layer k, on every non-padding position (image tokens
        included: that is where the lookups are prepared), for k = 0..T-1.
-With `kd_gate`, the last two terms apply only to sequences whose answer tokens the teacher predicts
-right (teacher-forced argmax), so the student learns layouts the teacher misreads from the labels alone.
+With `kd_gate`, the last two terms apply only to sequences whose fact tokens (mentions, stress) the
+teacher predicts right (teacher-forced argmax), so the student learns layouts the teacher misreads from the labels alone.
 The last term gives each group of L/T student layers the work of one teacher layer; no subset of
 every (L/T)-th layer is asked to carry the function (`python -m fovea.train layer-use` checks it).
 
@@ -173,11 +173,13 @@ def distill_step(student, teacher, hooks: tuple[LayerOutputs, LayerOutputs], bat
 
 
 def teacher_right(t_logits: torch.Tensor, batch: dict) -> torch.Tensor:
-    """[B] bool: the teacher's teacher-forced argmax equals the label at every answer token of the row."""
+    """[B] bool: the teacher's teacher-forced argmax equals the label at every fact token of the row (the
+    up-weighted mention and stress tokens: what the image decides). Other answer tokens are phrasing,
+    some of it drawn at random by the generator, so no model predicts all of them."""
     from fovea.data import IGNORE
 
-    labels, on = batch["labels"][:, 1:], batch["weights"][:, 1:] > 0
-    wrong = (t_logits.argmax(-1) != labels) & on & (labels != IGNORE)
+    labels, facts = batch["labels"][:, 1:], batch["weights"][:, 1:] > 1
+    wrong = (t_logits.argmax(-1) != labels) & facts & (labels != IGNORE)
     return ~wrong.any(1)
 
 
