@@ -11,6 +11,10 @@ layer-use - whether every decoder layer does real work (fovea.training.layer_use
 diffusion - a masked-diffusion VLM adapted from the shipped target, for LATCH (fovea.training.diffusion)
 rebuild - retrain every shipped drafter and the assistant on a (new) target, in order
           (fovea.training.rebuild)
+dump    - run a target once per training sample and store what the drafter's losses read (fovea.training.dump)
+fit     - train a drafter from a dump, with accelerate; one YAML run config (fovea.training.dump_train)
+accept  - acceptance per draft position, tau, estimated speedup; --select picks a checkpoint
+          (fovea.training.acceptance)
 All are seeded, resumable from their --run-dir, show tqdm progress, and write checkpoints, a
 config JSON and metrics.
 """
@@ -19,8 +23,17 @@ from __future__ import annotations
 import sys
 
 
+# the run-config commands (docs/training-drafters.md): subcommand -> module with a main(argv)
+FROM_DUMPS = {"dump": "fovea.training.dump", "fit": "fovea.training.dump_train", "accept": "fovea.training.acceptance"}
+
+
 def main(argv=None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in FROM_DUMPS:
+        import importlib
+
+        importlib.import_module(FROM_DUMPS[argv[0]]).main(argv[1:])
+        return
     if not argv or argv[0] not in ("target", "deep", "layer-use", "diffusion", "drafter", "assistant", "evaluate", "rebuild"):
         sys.exit("usage: python -m fovea.train {target,deep,layer-use,diffusion,drafter,assistant,evaluate,rebuild} [--help]")
     if argv[0] == "target":

@@ -56,6 +56,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "no_correction_text=assets/drafter_text_nocorr (a non-default target loads none)")
     p.add_argument("--assistant", type=Path, help="assistant LM folder for hf_assisted (default assets/assistant)")
     p.add_argument("--tiny-random", action="store_true", help="random tiny model (smoke tests, no assets)")
+    p.add_argument("--mmspec", type=Path, help="questions from a JSONL in MMSpec's layout (image, question, category) "
+                   "instead of the generated ones; adds by_category.json / .md (fovea.bench.mmspec)")
     p.add_argument("--out", type=Path, help="results folder (default assets/results/bench, "
                    "assets/results/tree_sweep with --tree-sweep, assets/results/profile with --profile)")
     p.add_argument("--tree-sweep", action="store_true",
@@ -198,7 +200,10 @@ def main(argv=None) -> None:
         methods = ["autoregressive", *methods]
     assistant = load_assistant(args.assistant, pipe, args.tiny_random) if {"hf_assisted", "assisted"} & set(methods) else None
     t_start = time.perf_counter()
-    rows = run_speed(pipe, held_out(n), methods, base, assistant, table)
+    from fovea.bench.mmspec import bench_questions, write_by_category
+
+    rows = run_speed(pipe, bench_questions(args.mmspec, n) if args.mmspec else held_out(n), methods, base, assistant,
+                     table)
     summary = summarise(rows, methods)
     analyses = None
     if preset["analyses"] if args.analyses is None else args.analyses:
@@ -212,6 +217,8 @@ def main(argv=None) -> None:
                                                   else args.cold_start) and not args.tiny_random else None}
     meta["run_minutes"] = round((time.perf_counter() - t_start) / 60, 1)
     print(write_results(args.out or Path("assets/results/bench"), meta, summary, rows, methods, analyses))
+    if args.mmspec:
+        print(write_by_category(args.out or Path("assets/results/bench"), rows, methods))
 
 
 def profile(args, pipe, base: FoveaConfig) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from fovea.config import CorrectionConfig
+from fovea.config import CorrectionConfig, RetrievalConfig
 from fovea.drafter import Drafter, drafter_config_for
 from fovea.training.common import lr_at
 from fovea.training.drafter import answer_loss_mask, drafter_loss, target_artifacts
@@ -51,13 +51,15 @@ class DrafterObjective(torch.nn.Module):
     """The drafter with its loss as `forward`, so DDP / accelerate see one module call per batch
     (the drafter's own methods `step` / `head` bypass DDP's hooks when called directly)."""
 
-    def __init__(self, drafter: Drafter, correction: CorrectionConfig, image_token_id: int | None = None):
+    def __init__(self, drafter: Drafter, correction: CorrectionConfig, image_token_id: int | None = None,
+                 retrieval: RetrievalConfig = RetrievalConfig(), unroll: int = 2):
         super().__init__()
         self.drafter, self.correction, self.image_token_id = drafter, correction, image_token_id
+        self.retrieval, self.unroll = retrieval, unroll
 
-    def forward(self, art: dict, ids, loss_mask, att):
-        return drafter_loss(self.drafter, art, ids, loss_mask, att, self.correction,
-                            image_token_id=self.image_token_id)
+    def forward(self, art: dict, ids, loss_mask, att, ground=None):
+        return drafter_loss(self.drafter, art, ids, loss_mask, att, self.correction, self.retrieval,
+                            image_token_id=self.image_token_id, ground=ground, unroll=self.unroll)
 
 
 class Progress:
@@ -73,20 +75,27 @@ class Progress:
         self.step, self.epoch, self.batches = state["step"], state["epoch"], state["batches"]
 
 
-def train(target_ref: str, records_path: Path, out: Path, cfg: RecordTrainConfig, images_dir: Path | None = None,
-          resume: bool = False, stop_at: int | None = None, target=None) -> dict:
-    """Train and export a drafter; returns the last step's metrics. `stop_at`: end this run
-    (checkpointed, drafter exported) at that optimiser step, for time-boxed jobs; --resume goes on.
-    `target` (an already loaded target) skips loading `target_ref` (tests)."""
+def make_accelerator(cfg):
+    """An Accelerator for drafter training: bf16 autocast on GPU only (fp32 on CPU), gradient
+    accumulation, a seedable sampler (the same data order on resume), DDP with unused parameters
+    allowed (the corrector is idle on batches without visual memory)."""
     from accelerate import Accelerator, DataLoaderConfiguration
     from accelerate.utils import DistributedDataParallelKwargs, set_seed
-    from tqdm import tqdm
 
     cuda = torch.cuda.is_available()
     acc = Accelerator(gradient_accumulation_steps=cfg.grad_accum, mixed_precision="bf16" if cuda else "no",
                       cpu=not cuda, dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
                       kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])
     set_seed(cfg.seed)
+    return acc
+
+
+def train(target_ref: str, records_path: Path, out: Path, cfg: RecordTrainConfig, images_dir: Path | None = None,
+          resume: bool = False, stop_at: int | None = None, target=None) -> dict:
+    """Train and export a drafter; returns the last step's metrics. `stop_at`: end this run
+    (checkpointed, drafter exported) at that optimiser step, for time-boxed jobs; --resume goes on.
+    `target` (an already loaded target) skips loading `target_ref` (tests)."""
+    acc = make_accelerator(cfg)
     records = load_records(records_path, images_dir)
     if target is None:
         from fovea.backbones import load_backbone
@@ -95,11 +104,31 @@ def train(target_ref: str, records_path: Path, out: Path, cfg: RecordTrainConfig
     target.model.requires_grad_(False)
     ccfg = CorrectionConfig(enabled=cfg.correction)
     drafter = Drafter(drafter_config_for(target, cfg.num_layers, cfg.context), ccfg).bind(target).train()
-    objective = DrafterObjective(drafter, ccfg, target.image_token_id)
-    opt = torch.optim.AdamW(objective.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     loader = torch.utils.data.DataLoader(RecordDataset(records), batch_size=cfg.batch_size, shuffle=True,
                                          collate_fn=Collator(target, cfg.max_answer_tokens),
                                          num_workers=cfg.num_workers)
+    if acc.is_main_process:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "train_config.json").write_text(json.dumps({**asdict(cfg), "target": str(target_ref),
+                                                           "records": str(records_path)}, indent=2))
+
+    def inputs(batch):
+        ids, att, labels, images = batch
+        return target_artifacts(target, ids, att, images), ids, att, answer_loss_mask(labels), None
+
+    return fit(acc, DrafterObjective(drafter, ccfg, target.image_token_id), loader, inputs, cfg, out, resume,
+               stop_at)
+
+
+def fit(acc, objective: DrafterObjective, loader, inputs, cfg, out: Path, resume: bool = False,
+        stop_at: int | None = None, on_save=None) -> dict:
+    """The optimisation loop shared by the online and the dump trainers: AdamW, checkpoints under
+    out/checkpoints (`on_save(step, drafter, folder)` runs after each, on the main process), resume,
+    the drafter exported to `out` with metrics.json. cfg: total_steps, lr, warmup, weight_decay,
+    save_every, keep_checkpoints. Returns the last step's metrics."""
+    from tqdm import tqdm
+
+    opt = torch.optim.AdamW(objective.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     objective, opt, loader = acc.prepare(objective, opt, loader)
     progress = Progress()
     acc.register_for_checkpointing(progress)
@@ -107,17 +136,19 @@ def train(target_ref: str, records_path: Path, out: Path, cfg: RecordTrainConfig
     if resume and (last := latest_checkpoint(ckpt_dir)) is not None:
         acc.load_state(str(last))
         acc.print(f"resumed from {last} at step {progress.step}")
-    if acc.is_main_process:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "train_config.json").write_text(json.dumps({**asdict(cfg), "target": str(target_ref),
-                                                           "records": str(records_path)}, indent=2))
     bar = tqdm(initial=progress.step, total=cfg.total_steps, desc="drafter", dynamic_ncols=True,
                disable=not acc.is_main_process)
     metrics, end = {}, min(cfg.total_steps, stop_at or cfg.total_steps)
+
+    def save(step: int) -> None:
+        save_checkpoint(acc, ckpt_dir, step, cfg.keep_checkpoints)
+        if on_save is not None and acc.is_main_process:
+            on_save(step, acc.unwrap_model(objective).drafter, ckpt_dir / f"step_{step:08d}")
+
     while progress.step < end:
-        metrics = _epoch(acc, target, objective, opt, loader, progress, cfg, ckpt_dir, bar, end) or metrics
+        metrics = _epoch(acc, inputs, objective, opt, loader, progress, cfg, save, bar, end) or metrics
     bar.close()
-    save_checkpoint(acc, ckpt_dir, progress.step, cfg.keep_checkpoints)
+    save(progress.step)
     acc.wait_for_everyone()
     if acc.is_main_process:
         acc.unwrap_model(objective).drafter.eval().save_pretrained(out)
@@ -125,17 +156,18 @@ def train(target_ref: str, records_path: Path, out: Path, cfg: RecordTrainConfig
     return metrics
 
 
-def _epoch(acc, target, objective, opt, loader, progress, cfg, ckpt_dir, bar, end: int) -> dict:
-    """One pass over the (remaining) data of the current epoch; stops early at step `end`."""
+def _epoch(acc, inputs, objective, opt, loader, progress, cfg, save, bar, end: int) -> dict:
+    """One pass over the (remaining) data of the current epoch; stops early at step `end`. `inputs`:
+    batch -> (artifacts, ids, att, loss mask, ground or None); `save(step)` checkpoints."""
     loader.set_epoch(progress.epoch)                   # seedable sampler: the same order on resume
     data = acc.skip_first_batches(loader, progress.batches) if progress.batches else loader
     metrics = {}
-    for ids, att, labels, images in data:
+    for batch in data:
         with acc.accumulate(objective):
-            # 1. frozen target: features, logits, visual tokens of the teacher-forced batch
-            art = target_artifacts(target, ids, att, images)
+            # 1. target artifacts: features, logits, visual tokens (the frozen target now, or a dump)
+            art, ids, att, loss_mask, ground = inputs(batch)
             # 2. drafter loss (depth 0 and depth 1), backward, step at accumulation boundaries
-            loss, m = objective(art, ids, answer_loss_mask(labels), att)
+            loss, m = objective(art, ids, loss_mask, att, ground)
             acc.backward(loss)
             if acc.sync_gradients:
                 acc.clip_grad_norm_(objective.parameters(), 1.0)
@@ -150,7 +182,7 @@ def _epoch(acc, target, objective, opt, loader, progress, cfg, ckpt_dir, bar, en
             bar.update(1)
             bar.set_postfix(loss=f"{metrics['loss']:.3f}", acc1=f"{m['acc1']:.2f}", acc2=f"{m['acc2']:.2f}")
             if progress.step % cfg.save_every == 0:
-                save_checkpoint(acc, ckpt_dir, progress.step, cfg.keep_checkpoints)
+                save(progress.step)
             if progress.step >= end:
                 return metrics
     progress.epoch, progress.batches = progress.epoch + 1, 0

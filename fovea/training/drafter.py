@@ -193,20 +193,31 @@ def answer_loss_mask(labels: torch.Tensor) -> torch.Tensor:
     return m
 
 
+def online_inputs(target):
+    """The target runs on each batch: (ids, att, labels, pixels[, ground patches [B, T, N]]) ->
+    (artifacts, ids, att, loss mask, ground or None). `fovea.training.dumps.dumped_inputs` is the
+    same from stored artifacts."""
+    def inputs(batch):
+        ids, att, labels, pixels, *rest = batch
+        return target_artifacts(target, ids, att, pixels), ids, att, answer_loss_mask(labels), \
+            (rest[0] if rest else None)
+    return inputs
+
+
 def train_steps(target, drafters: dict, batches, ccfgs: dict, opt, steps: int, on_step=None,
-                unroll: int = 2, autocast=None) -> list[dict]:
+                unroll: int = 2, autocast=None, inputs=None) -> list[dict]:
     """Run `steps` optimisation steps of every drafter in `drafters` on shared target artifacts.
-    batches yields (ids, att, labels, pixels) or (ids, att, labels, pixels, ground patches [B, T, N]);
-    the forward passes run inside `autocast` (e.g. `common.bf16_autocast`; None: fp32); returns the
+    `inputs` turns a batch of `batches` into (artifacts, ids, att, loss mask, ground); default
+    `online_inputs(target)`, where batches yields (ids, att, labels, pixels[, ground patches]).
+    The forward passes run inside `autocast` (e.g. `common.bf16_autocast`; None: fp32); returns the
     per-step metrics."""
     history = []
+    inputs = inputs or online_inputs(target)
     for step in range(steps):
-        ids, att, labels, pixels, *rest = next(batches)
-        ground = rest[0] if rest else None
-        lmask = answer_loss_mask(labels)
+        batch = next(batches)
         total, metrics = 0.0, {}
         with autocast if autocast is not None else contextlib.nullcontext():
-            art = target_artifacts(target, ids, att, pixels)
+            art, ids, att, lmask, ground = inputs(batch)
             for name, drafter in drafters.items():
                 loss, m = drafter_loss(drafter, art, ids, lmask, att, ccfgs[name],
                                        image_token_id=getattr(target, "image_token_id", None), ground=ground,

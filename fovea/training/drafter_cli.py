@@ -21,6 +21,7 @@ from fovea.training.common import (AUTOCAST_CHOICES, Checkpointer, Timer, add_co
                                    config_from_args, lr_at)
 from fovea.training.packing import as_conversation, pack_batch
 from fovea.training.drafter import train_steps
+from fovea.training.dumps import DumpDataset, DumpHead, dumped_inputs, step_batches
 
 
 @dataclass(frozen=True)
@@ -118,9 +119,28 @@ def freeze_base(drafter: Drafter) -> None:
         q.requires_grad_(not name.startswith(BASE_PARTS))
 
 
+def training_source(p: argparse.ArgumentParser, args):
+    """(the frozen target, None), or with --dumps (the dump's `DumpHead`, its dataset)."""
+    if args.dumps is None:
+        target = load_target(args.target)
+        target.model.requires_grad_(False)
+        return target, None
+    from fovea.training.dump import DumpError
+
+    try:
+        head = DumpHead(args.dumps)
+        return head, DumpDataset(args.dumps)
+    except DumpError as err:
+        p.error(f"--dumps: {err}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m fovea.train drafter", description=__doc__)
     p.add_argument("--target", type=Path, default=DEFAULT_TARGET_DIR)
+    p.add_argument("--dumps", type=Path,
+                   help="train from a dump (python -m fovea.train dump) instead of running --target on every batch: "
+                        "batches are the dump's samples in order (--batch-size each; --seed-offset and --families "
+                        "are the dump's), the target's embedding and LM head come from the dump")
     p.add_argument("--out", type=Path, default=DEFAULT_DRAFTER_DIR)
     p.add_argument("--baseline-out", type=Path, default=ASSETS / "drafter_nocorr")
     p.add_argument("--run-dir", type=Path, default=Path("runs/drafter"))
@@ -158,13 +178,12 @@ def main(argv=None) -> None:
         p.error(f"--families: unknown {unknown}; expected some of {list(FAMILIES)}")
     if args.adapter and not args.init_from:
         p.error("--adapter needs --init-from FOVEA_DIR BASELINE_DIR: the frozen base is BASELINE_DIR's drafter")
-    target = load_target(args.target)
-    for q in target.model.parameters():
-        q.requires_grad_(False)
+    target, dumped = training_source(p, args)
     torch.manual_seed(cfg.seed)
     try:
-        dcfg = dataclasses.replace(drafter_config_for(target, cfg.num_layers, cfg.context),
-                                   memory_source=cfg.memory_source)
+        base = drafter_config_for(target, cfg.num_layers, cfg.context) if dumped is None else \
+            target.drafter_config(cfg.num_layers, cfg.context)
+        dcfg = dataclasses.replace(base, memory_source=cfg.memory_source)
     except ValueError as err:
         p.error(str(err))
     try:
@@ -217,7 +236,10 @@ def main(argv=None) -> None:
     append_jsonl(args.run_dir / "precision.jsonl", {"step": step, "autocast": "bf16" if bf16 else "fp32"})
     timer = Timer()
     bar = tqdm(initial=step, total=cfg.total_steps, desc="drafters", dynamic_ncols=True)
-    data = batches(target, cfg, step)
+    if dumped is None:
+        data, inputs = batches(target, cfg, step), None
+    else:
+        data, inputs = step_batches(dumped, cfg.batch_size, step, shuffle=False, seed=cfg.seed), dumped_inputs(target)
     last = {}
 
     def on_step(i, metrics):
@@ -233,7 +255,7 @@ def main(argv=None) -> None:
     while step < cfg.total_steps and timer.minutes() < args.minutes:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg.total_steps, cfg.lr, cfg.warmup)
-        train_steps(target, trained, data, ccfgs, opt, 1, on_step, unroll=cfg.unroll, autocast=autocast)
+        train_steps(target, trained, data, ccfgs, opt, 1, on_step, unroll=cfg.unroll, autocast=autocast, inputs=inputs)
     ckpt.save(step, {**drafters, "opt": opt})
     init = json.loads((args.run_dir / "init_from.json").read_text()) if (args.run_dir / "init_from.json").exists() \
         else {}
@@ -247,7 +269,8 @@ def main(argv=None) -> None:
         steps = {"steps": before, "adapter_of": str(args.init_from[1]),
                  "adapter_steps": adapter_before + step} if args.adapter else {"steps": before + step}
         (folder / "train_config.json").write_text(json.dumps(
-            {**asdict(cfg), **steps, "steps_this_run": step, "steps_before": before}, indent=2))
+            {**asdict(cfg), **steps, "steps_this_run": step, "steps_before": before,
+             **({"dumps": str(args.dumps)} if args.dumps else {})}, indent=2))
         (folder / "metrics.json").write_text(json.dumps(
             {k.split("/", 1)[1]: v for k, v in last.items() if k.startswith(name + "/")}, indent=2))
 

@@ -14,6 +14,10 @@ own run directory (resumable: re-run the same command after an interruption) and
 
 Each pair continues the shipped drafters (`--init-from`), so a rebuild costs about an hour on 2 cores
 (`--dry-run` lists the commands and their measured times) rather than the hours of a start from scratch.
+
+`--from-dumps` runs the target once per drafter step first (`python -m fovea.train dump`, the step's
+seeds, 16 samples per step, under RUNS/dumps/STEP) and trains each drafter step from its dump
+(`drafter --dumps`): the same batches as the online recipe, the target no longer in the loop.
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fovea.data.generate import EVAL_SEED_START
@@ -83,6 +87,35 @@ def plan(target: Path, assets: Path, runs: Path, seed_base: int) -> list[Step]:
     ]
 
 
+DUMP_BATCH = 16                # DrafterTrainConfig.batch_size: the samples each drafter step reads
+# dumping the bundled target, ms per sample: 80 (64 samples, 1 thread, 2026-12-06; assets/results/dumps)
+DUMP_MS_PER_SAMPLE = 80
+
+
+def with_dumps(steps: list[Step], target: Path, runs: Path) -> list[Step]:
+    """The plan with a dump before every drafter step (its seeds, total steps x DUMP_BATCH samples)
+    and that step trained from it. A dump's minutes are DUMP_MS_PER_SAMPLE per sample; training from a
+    dump is not timed yet on the full recipe, so the plan keeps the online minutes for those steps."""
+    out = []
+    for s in steps:
+        if s.command != "drafter":
+            out.append(s)
+            continue
+        opts = dict(zip(s.argv, s.argv[1:]))
+        folder = Path(runs) / "dumps" / s.name
+        samples = int(opts["--total-steps"]) * DUMP_BATCH
+        out.append(Step(f"dump_{s.name}", "dump", ("--set", f"target.path={target}", f"data.dumps={folder}",
+                                                    f"data.samples={samples}", f"data.seed_offset={opts['--seed-offset']}"),
+                        round(samples * DUMP_MS_PER_SAMPLE / 60_000), ()))
+        out.append(replace(s, argv=(*s.argv, "--dumps", str(folder))))
+    return out
+
+
+def steps_of(args) -> list[Step]:
+    steps = plan(args.target, args.assets, args.runs, args.seed_base)
+    return with_dumps(steps, args.target, args.runs) if args.from_dumps else steps
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m fovea.train rebuild", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -94,8 +127,10 @@ def parse_args(argv=None):
     p.add_argument("--only", nargs="+", metavar="STEP", help="run only these steps (in plan order)")
     p.add_argument("--force", action="store_true", help="run steps already marked done again")
     p.add_argument("--dry-run", action="store_true", help="print the commands and their measured times, run nothing")
+    p.add_argument("--from-dumps", action="store_true",
+                   help="dump the target's states once per drafter step (RUNS/dumps), then train each step from its dump")
     args = p.parse_args(argv)
-    names = [s.name for s in plan(args.target, args.assets, args.runs, args.seed_base)]
+    names = [s.name for s in steps_of(args)]
     unknown = sorted(set(args.only or ()) - set(names))
     if unknown:
         p.error(f"--only: unknown step(s) {unknown}; the steps are {names}")
@@ -113,8 +148,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    steps = [s for s in plan(args.target, args.assets, args.runs, args.seed_base)
-             if not args.only or s.name in args.only]
+    steps = [s for s in steps_of(args) if not args.only or s.name in args.only]
     total = sum(s.minutes for s in steps)
     print(f"rebuild: {len(steps)} steps, about {total:.0f} min on 2 cores")
     for step in steps:

@@ -37,10 +37,18 @@ class Record:
 def load_records(jsonl: str | Path, images_dir: str | Path | None = None, open_images: bool = True) -> list[Record]:
     """Parse and validate a records file. Every problem is collected first, then one RecordError
     lists up to MAX_REPORTED of them. `open_images` also checks that each image decodes."""
+    return [Record(path, obj["question"].strip(), obj["answer"].strip(), n)
+            for obj, path, n in read_image_jsonl(jsonl, images_dir, FIELDS, open_images)]
+
+
+def read_image_jsonl(jsonl: str | Path, images_dir: str | Path | None, keys: tuple[str, ...],
+                     open_images: bool = True) -> list[tuple[dict, Path, int]]:
+    """Validated lines of a JSONL whose objects name an image and hold non-empty strings under `keys`
+    ("image" first) -> (object, absolute image path, line number); bad lines raise one RecordError."""
     jsonl = Path(jsonl)
     if not jsonl.is_file():
-        raise RecordError(f"No records file at {jsonl}; expected a JSONL file with one "
-                          '{"image": ..., "question": ..., "answer": ...} object per line.')
+        shape = "{" + ", ".join(f'"{k}": ...' for k in keys) + "}"
+        raise RecordError(f"No records file at {jsonl}; expected a JSONL file with one {shape} object per line.")
     root = Path(images_dir) if images_dir is not None else jsonl.parent
     if not root.is_dir():
         raise RecordError(f"The images folder {root} does not exist.")
@@ -49,7 +57,7 @@ def load_records(jsonl: str | Path, images_dir: str | Path | None = None, open_i
         for n, text in enumerate(f, start=1):
             if not text.strip():
                 continue
-            rec, problem = _parse(text, n, root, open_images)
+            rec, problem = _parse(text, n, root, open_images, keys)
             if problem:
                 problems.append(f"line {n}: {problem}")
             else:
@@ -63,17 +71,18 @@ def load_records(jsonl: str | Path, images_dir: str | Path | None = None, open_i
     return records
 
 
-def _parse(text: str, n: int, root: Path, open_images: bool) -> tuple[Record | None, str | None]:
+def _parse(text: str, n: int, root: Path, open_images: bool,
+           keys: tuple[str, ...] = FIELDS) -> tuple[tuple | None, str | None]:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as err:
         return None, f"not valid JSON ({err.msg} at column {err.colno})"
     if not isinstance(obj, dict):
-        return None, f"expected a JSON object with keys {list(FIELDS)}, got {type(obj).__name__}"
-    missing = [k for k in FIELDS if k not in obj]
+        return None, f"expected a JSON object with keys {list(keys)}, got {type(obj).__name__}"
+    missing = [k for k in keys if k not in obj]
     if missing:
-        return None, f"missing key(s) {missing}; every record needs {list(FIELDS)}"
-    for k in FIELDS:
+        return None, f"missing key(s) {missing}; every record needs {list(keys)}"
+    for k in keys:
         if not isinstance(obj[k], str) or not obj[k].strip():
             return None, f"{k!r} must be a non-empty string, got {obj[k]!r}"
     rel = Path(obj["image"])
@@ -88,7 +97,7 @@ def _parse(text: str, n: int, root: Path, open_images: bool) -> tuple[Record | N
                 im.verify()
         except (UnidentifiedImageError, OSError, SyntaxError) as err:
             return None, f"image {obj['image']!r} could not be read as an image ({err})"
-    return Record(path.resolve(), obj["question"].strip(), obj["answer"].strip(), n), None
+    return (obj, path.resolve(), n), None
 
 
 class RecordDataset(torch.utils.data.Dataset):
