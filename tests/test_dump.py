@@ -106,12 +106,13 @@ def test_the_bundled_drafter_trains_from_a_dump_as_it_does_online(tmp_path):
     assert meta["dumps"] == str(tmp_path / "d")
 
 
-def test_acceptance_per_position_is_conditional_on_reaching_the_position():
+def test_acceptance_by_position_is_conditional_on_reaching_the_position():
     rounds = [Round(0, 3, 8, 0), Round(1, 3, 8, 0), Round(3, 3, 8, 0), Round(2, 2, 6, 0)]
     # position 1: 3 of 4 rounds; position 2: of the 3 that reached it, 2; position 3: of the 1 that
     # accepted 2 and drafted 3 levels (the depth-2 round stops), 1
     assert per_position(rounds) == [0.75, 2 / 3, 1.0]
-    assert per_position_from_accept_lengths([1, 2, 4, 3]) == [0.75, 2 / 3, 0.5]
+    assert per_position_from_accept_lengths([1, 2, 4, 3]) == [0.75, 2 / 3, 0.5, 0.0]
+    assert per_position_from_accept_lengths([1, 1]) == [0.0] and per_position_from_accept_lengths([]) == []
 
 
 def test_the_cost_model_reads_the_committed_profile_and_interpolates_the_verify_curve():

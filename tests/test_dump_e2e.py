@@ -69,7 +69,7 @@ def test_dump_then_two_process_training_then_per_position_evaluation(build, tmp_
     report = result["report"]
     assert set(report) == {*{make_sample(40_000 + i).family for i in range(4)}, "all"}
     assert report["all"]["questions"] == 4 and report["all"]["lossless"] is True
-    rates = report["all"]["acceptance_per_position"]
+    rates = report["all"]["acceptance_by_position"]
     assert 1 <= len(rates) <= 3 and all(0.0 <= a <= 1.0 for a in rates)
     assert report["all"]["estimated_speedup"] > 0 and (out / "best" / "model.safetensors").exists()
     assert result["chosen"] in json.loads((out / "selection" / "candidates.json").read_text())["by_estimated_speedup"]

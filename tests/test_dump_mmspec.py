@@ -40,7 +40,7 @@ def test_the_bench_on_mmspec_questions_groups_results_by_category(tmp_path):
     table = json.loads((tmp_path / "out" / "by_category.json").read_text())
     assert list(table) == ["charts", "scenes", "all"]
     assert table["all"]["fovea"]["n"] == 3 and table["charts"]["fovea"]["n"] == 2
-    assert table["all"]["autoregressive"]["acceptance_per_position"] is None
-    rates = table["all"]["fovea"]["acceptance_per_position"]
+    assert table["all"]["autoregressive"]["acceptance_by_position"] == []
+    rates = table["all"]["fovea"]["acceptance_by_position"]
     assert all(0.0 <= a <= 1.0 for a in rates) and table["all"]["fovea"]["lossless"]
     assert "| charts | fovea |" in (tmp_path / "out" / "by_category.md").read_text()

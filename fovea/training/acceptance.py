@@ -93,9 +93,13 @@ def per_position(rounds: list[Round]) -> list[float]:
 
 
 def per_position_from_accept_lengths(lengths: list[int]) -> list[float]:
-    """The same from accept lengths alone (bonus counted; the bench's rows): a round whose tree was
-    shallower than k counts as rejected at k, so this is a lower bound under dynamic depth."""
-    return per_position([Round(a - 1, max(lengths) - 1, 0, 0) for a in lengths]) if lengths else []
+    """The same from accept lengths alone (bonus counted; the bench's rows), every tree taken as one
+    level deeper than the most any round accepted: a round whose tree was shallower than k counts as
+    rejected at k, so this is a lower bound under dynamic depth."""
+    if not lengths:
+        return []
+    deepest = max(lengths)
+    return per_position([Round(a - 1, deepest, 0, 0) for a in lengths])
 
 
 def summary(rounds: list[Round], cost: CostModel, questions: int, lossless: bool | None) -> dict:
@@ -103,7 +107,7 @@ def summary(rounds: list[Round], cost: CostModel, questions: int, lossless: bool
     spent = sum(cost.round_cost(r) for r in rounds)
     return {"questions": questions, "rounds": len(rounds),
             "tau_with_bonus": emitted / len(rounds) if rounds else None,
-            "acceptance_per_position": per_position(rounds),
+            "acceptance_by_position": per_position(rounds),
             "estimated_speedup": emitted / spent if spent else None, "lossless": lossless}
 
 
@@ -180,7 +184,7 @@ def markdown(report: dict, cost: CostModel) -> str:
              "| group | questions | rounds | tau | est. speedup | acceptance at draft position 1, 2, 3, ... |",
              "|---|---|---|---|---|---|"]
     for fam, s in report.items():
-        rates = ", ".join(f"{a:.2f}" for a in s["acceptance_per_position"]) or "-"
+        rates = ", ".join(f"{a:.2f}" for a in s["acceptance_by_position"]) or "-"
         tau = f"{s['tau_with_bonus']:.2f}" if s["tau_with_bonus"] else "-"
         speed = f"{s['estimated_speedup']:.2f}x" if s["estimated_speedup"] else "-"
         lines.append(f"| {fam} | {s['questions']} | {s['rounds']} | {tau} | {speed} | {rates} |")
