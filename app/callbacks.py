@@ -19,7 +19,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from app import plots, render
+from app import metrics, plots
 from app.focus import step_for_token
 from app.session import (AUTOREGRESSIVE, FOVEA, LANE_NAMES, NO_CORRECTION, Session, from_trace_file, image_sha,
                          new_session)
@@ -27,9 +27,11 @@ from app.settings import (SETTING_NAMES, SettingsError, config_from_settings, dr
                           variant_config)
 from app.streaming import BackgroundStream, run_on_decode_thread
 from app.timing import Timings, keep_timing
-from app.views import cleared_outputs, export_files, final_outputs, focus_view, lane, live_outputs, pack
+from app.views import (cleared_outputs, export_files, final_outputs, focus_view, lane, live_outputs, ood_html,
+                       pack)
 from fovea.config import FoveaConfig
 from fovea.data import EVAL_SEED_START
+from fovea.methods import CONTEXTS, METHODS, Method
 from fovea.ood import check_world
 from fovea.pipeline import InputError
 from fovea.profile import interleaved_order
@@ -38,10 +40,13 @@ from fovea.trace_io import TraceFormatError, load_trace
 log = logging.getLogger("fovea.app")
 STREAM_EVERY_S = 0.08      # at most ~12 UI updates per second while streaming
 __all__ = ["Callbacks", "image_sha", "user_errors"]
-# the pipeline drafter each lane decodes with, per drafter context ("full": the image in the drafter's
-# cache; "text": the cache-friendly pair, fovea.pipeline loads it as fovea_text / no_correction_text)
-DRAFTER_KEYS = {"full": {FOVEA: "fovea", NO_CORRECTION: "no_correction"},
-                "text": {FOVEA: "fovea_text", NO_CORRECTION: "no_correction_text"}}
+
+
+def lane_methods(context: str) -> dict[str, Method]:
+    """The method each lane decodes with in a drafter context (`fovea.methods.CONTEXTS`): FOVEA's drafter
+    under the user's settings, its no-correction twin, the target alone."""
+    c = CONTEXTS[context]
+    return {FOVEA: METHODS[c.fovea], NO_CORRECTION: METHODS[c.twin], AUTOREGRESSIVE: METHODS[AUTOREGRESSIVE]}
 
 
 @contextmanager
@@ -68,6 +73,18 @@ def _image_path(payload) -> object:
     return payload
 
 
+def _step_index(index, steps: int) -> int:
+    """The scrubber's raw value (the event skips gradio's checks) -> a focus step, or InputError."""
+    last = max(steps - 1, 0)
+    try:
+        value = float(index or 0)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not (0 <= value <= last and value == int(value)):
+        raise InputError(f"The draft-state scrubber takes a whole number from 0 to {last}; got {index!r}.")
+    return int(value)
+
+
 def _drain(gen):
     """Run a generator to its end, dropping what it yields; return its return value."""
     while True:
@@ -91,23 +108,21 @@ class Callbacks:
         self.cap = cap
         # the drafter contexts this pipeline has a FOVEA drafter for; the default one is `context`, else
         # the app's measured fastest where loaded
-        self.contexts = tuple(c for c, keys in DRAFTER_KEYS.items() if keys[FOVEA] in pipeline.drafters)
+        self.contexts = tuple(name for name, c in CONTEXTS.items() if c.fovea in pipeline.drafters)
         self.default_context = drafter_context({"drafter": context}, self.contexts)
 
     def methods_for(self, context: str) -> list[str]:
         """The race in this drafter context: FOVEA, its no-correction twin when loaded, the target alone."""
-        return [m for m in (FOVEA, NO_CORRECTION) if DRAFTER_KEYS[context][m] in self.pipeline.drafters] + \
-            [AUTOREGRESSIVE]
+        lanes = lane_methods(context)
+        return [m for m in (FOVEA, NO_CORRECTION) if lanes[m].drafter in self.pipeline.drafters] + [AUTOREGRESSIVE]
 
     def warm_up(self, config: FoveaConfig) -> float:
-        """Run every decode path of every drafter context once, through the same streaming as a
-        request, so that no user's first request pays first-call costs; returns the seconds it took."""
+        """Serve one whole request per drafter context (live pass, one timed repeat, every renderer), so
+        that no user's first request pays first-call costs inside its timing; returns the seconds it took."""
         t0 = time.perf_counter()
         image, question = self.pipeline.random_example("scene", EVAL_SEED_START)
         for context in self.contexts:
-            for method in self.methods_for(context):
-                if method != AUTOREGRESSIVE or context == self.default_context:
-                    _drain(self._stream(image, question, config, method, None, context))
+            _drain(self._request(image, question, config, 1, context))
         return time.perf_counter() - t0
 
     def _validate(self, image, question, settings: dict):
@@ -133,23 +148,29 @@ class Callbacks:
                                              correction_depth, sampling, temperature, top_p, seed, max_new_tokens,
                                              repeats, stop_below, drafter, trigger)))
         img, q, cfg, n_repeats, context = self._validate(image, question, settings)
+        yield from self._request(img, q, cfg, n_repeats, context)
+
+    def cleared(self):
+        """What a rejected input leaves on screen: nothing of the previous request."""
+        return cleared_outputs(status="Press Run to decode.")
+
+    def _request(self, img, q, cfg, n_repeats: int, context: str):
+        """The live pass (every method streamed in turn, shown, not timed), then up to `n_repeats`
+        interleaved timed repeats with nothing rendered while they run; yields RUN_OUTPUTS tuples."""
         methods = self.methods_for(context)
-        world = check_world(img)
-        yield cleared_outputs(world, len(methods))
+        yield cleared_outputs(ood_html(check_world(img), self.pipeline.unknown_word_share(q)))
         with user_errors("decoding"):
-            # 1. the live race: each method streams in turn (rendering competes with the decode thread
-            #    for the GIL, so this pass is shown, not timed)
             first = {}
             for method in methods:
-                live = self._live(img, first, method, 0, 1, world, methods)
+                live = self._live(img, first, method, methods)
                 first[method] = yield from self._stream(img, q, cfg, method, live, context)
-                yield live(None)
-            # 2. the timed repeats, interleaved, with nothing rendered while they run
-            yield pack(metrics=render.metrics_html(None, None, status=f"timing up to {n_repeats} interleaved run(s)…"))
+                yield live(first[method])                 # its whole answer, before the next method starts
             timings, t0 = Timings(), time.perf_counter()
             for r in range(n_repeats):
                 if not keep_timing(r, time.perf_counter() - t0):
                     break
+                yield pack(metrics=metrics.metrics_html({}, None, status=f"timing run {r + 1} of up to {n_repeats}: "
+                                                        "the methods in turn, nothing rendered meanwhile…"))
                 for method in interleaved_order(methods, r):
                     timings.add(r, method, _drain(self._stream(img, q, cfg, method, None, context)).tokens_per_s)
             session = new_session(img, q, cfg, first, timings, self.pipeline, context)
@@ -163,17 +184,14 @@ class Callbacks:
         or the GIL meanwhile (a consumer folding records on its own thread slowed FOVEA by ~60%).
         Otherwise the records stream back and `live(acc)` is yielded at most every STREAM_EVERY_S:
         that pass is shown, never timed."""
-        # pipeline method and drafter: every lane but the target's own is the tree drafter over its drafter
-        # (of this drafter context)
-        kind, drafter = ((AUTOREGRESSIVE, DRAFTER_KEYS[context][FOVEA]) if method == AUTOREGRESSIVE
-                         else (FOVEA, DRAFTER_KEYS[context][method]))
+        run = lane_methods(context)[method]
         if live is None:
-            result = run_on_decode_thread(lambda: _materialized(self.pipeline.generate(img, q, cfg, kind, drafter)))
+            result = run_on_decode_thread(lambda: _materialized(self.pipeline.generate(img, q, cfg, run)))
             result.method = method
             return result
-        acc = self.pipeline.accumulator(kind)
+        acc = self.pipeline.accumulator(run)
         last = 0.0
-        stream = self.pipeline.stream(img, q, cfg, kind, drafter)
+        stream = self.pipeline.stream(img, q, cfg, run)
         for batch in BackgroundStream(stream, prepare=lambda record: record.materialize()).batches():
             acc.extend(batch)
             if not acc.done and time.perf_counter() - last >= STREAM_EVERY_S:
@@ -185,30 +203,26 @@ class Callbacks:
         result.method = method
         return result
 
-    def _live(self, img, first: dict, method: str, repeat: int, n_repeats: int, world, methods: list[str]):
-        """The live view while `method` streams: the race lanes (finished ones + this one), and on
-        the first repeat this method's own outputs. acc=None: the method just finished."""
-        def live(acc) -> tuple:
-            lanes = [lane(LANE_NAMES[m], first[m].iterations, self._strings(first[m].tokens), first[m].wall_s * 1e3,
-                          True) for m in methods if m in first]
-            if acc is not None and repeat == 0:
-                lanes.append(lane(LANE_NAMES[method], acc.rounds or acc.steps, self._strings(acc.tokens),
-                                  acc.ms, False))
-            status = (f"timing run {repeat + 1} of {n_repeats}: {LANE_NAMES[method]}…" if n_repeats > 1
-                      else f"{LANE_NAMES[method]}…")
-            return live_outputs(self.pipeline, img, method, acc if repeat == 0 else None, lanes, status,
-                                self._strings)
-        return live
+    def _live(self, img, first: dict, method: str, methods: list[str]):
+        """The live view of `method`: the race lanes (finished ones + this one) and its own outputs;
+        live(run) takes its Accumulator while it streams, its result once finished."""
+        strings = self.pipeline.token_strings
 
-    def _strings(self, ids: list[int]) -> list[str]:
-        return render.display_strings(ids, self.pipeline.token_strings(ids))
+        def live(run) -> tuple:
+            lanes = [lane(LANE_NAMES[m], first[m].iterations, strings(first[m].tokens), first[m].wall_s * 1e3, True)
+                     for m in methods if m in first]
+            if method not in first:
+                lanes.append(lane(LANE_NAMES[method], run.iterations, strings(run.tokens), run.ms, False))
+            return live_outputs(self.pipeline, img, method, run, lanes, f"live pass (shown, not timed): "
+                                f"{LANE_NAMES[method]}…", strings)
+        return live
 
     # ---- Focus: scrubber, token click, player -------------------------------------------------
     def scrub(self, index, session: Session | None):
         if session is None:
             return gr.skip(), "Run a request (or import a trace) first; then the scrubber moves through its focus steps.", gr.skip()
         with user_errors("drawing the focus view"):
-            return focus_view(session, index or 0)
+            return focus_view(session, _step_index(index, len(session.trajectory)))
 
     def click_token(self, session: Session | None, evt: gr.EventData):
         """Answer token clicked (data-iter / data-k from the HTML) -> move the scrubber there."""
@@ -254,13 +268,11 @@ class Callbacks:
                     timings.add(r, method, result.tokens_per_s)
                     run = run or (result if method == variant else None)
             if not session.comparisons:
-                session.comparisons.append(render.comparison_row(
-                    f"{session.config.retrieval.mode} (your run)", render.stats_from_result(session.fovea),
-                    session.timings.speedup(FOVEA)))
-            session.comparisons.append(render.comparison_row(variant, render.stats_from_result(run),
-                                                             timings.speedup(variant)))
+                session.comparisons.append(metrics.comparison_row(
+                    f"{session.config.retrieval.mode} (your run)", session.fovea, session.timings, FOVEA))
+            session.comparisons.append(metrics.comparison_row(variant, run, timings, variant))
             rows = session.comparisons
-            return render.comparison_html(rows), plots.comparison_figure(rows), session
+            return metrics.comparison_html(rows), plots.comparison_figure(rows), session
 
     # ---- Export / import of a run's full trace ------------------------------------------------
     def export_trace(self, session: Session | None):

@@ -8,7 +8,7 @@ it. Pure numpy + Pillow: no gradio, no model, no tokenizer (token strings come i
 from __future__ import annotations
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageDraw, ImageFont
 
 from fovea.data import letterbox
 from fovea.trace import (JACCARD_TOP, FocusStep, IterationTrace, NodeRetrieval, focus_shifts, focus_trajectory,
@@ -86,11 +86,20 @@ def heatmap_overlay(image: Image.Image, retrieval: NodeRetrieval | None, grid: t
 
 
 def trajectory_gif(image: Image.Image, trajectory: list[FocusStep], grid: tuple[int, int], path,
-                   side: int = 256, frame_ms: int = 600) -> None:
-    """The focus trajectory as an animated GIF (one frame per focus step; the plain image when empty)."""
-    frames = [heatmap_overlay(image, s.retrieval, grid, side) for s in trajectory] or \
-             [heatmap_overlay(image, None, grid, side)]
+                   labels: list[str], side: int = 256, frame_ms: int = 600) -> None:
+    """The focus trajectory as an animated GIF: one frame per focus step, `labels[i]` (its step and
+    token) written in a band under it; the plain image when the trajectory is empty."""
+    frames = [_labelled(heatmap_overlay(image, s.retrieval, grid, side), label)
+              for s, label in zip(trajectory, labels)] or [heatmap_overlay(image, None, grid, side)]
     frames[0].save(path, format="GIF", save_all=True, append_images=frames[1:], duration=frame_ms, loop=0)
+
+
+def _labelled(frame: Image.Image, label: str, band: int = 22) -> Image.Image:
+    """The frame over a white band holding `label` in dark text."""
+    out = Image.new("RGB", (frame.width, frame.height + band), (255, 255, 255))
+    out.paste(frame, (0, 0))
+    ImageDraw.Draw(out).text((6, frame.height + 4), label, fill=(31, 41, 55), font=ImageFont.load_default(14))
+    return out
 
 
 def _upsample(grid_values: np.ndarray, side: int) -> np.ndarray:

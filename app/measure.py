@@ -22,12 +22,13 @@ from pathlib import Path
 
 from app.settings import DEFAULT_CONTEXT, DEFAULT_REPEATS, context_defaults
 from app.timing import TIMING_BUDGET_S
+from fovea.methods import CONTEXTS
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "assets" / "results" / "app_timing.json"
 # the bench methods that decode as the app's default drafter context does (FOVEA, its twin): the app is
 # compared with these, on the app's own settings
-BENCH_METHODS = {"full": ("fovea", "no_correction"), "text": ("fovea_text_triggered", "no_correction_text")}
+BENCH_METHODS = tuple(m.name for m in CONTEXTS[DEFAULT_CONTEXT].methods)
 
 
 def _free_port() -> int:
@@ -56,7 +57,7 @@ def _bench_reference(family: str) -> dict | None:
     path = ROOT / "assets" / "results" / "bench" / "results.json"
     if not path.is_file():
         return None
-    method = BENCH_METHODS[DEFAULT_CONTEXT][0]
+    method = BENCH_METHODS[0]
     row = json.loads(path.read_text()).get("summary", {}).get(family, {}).get(method)
     return None if row is None else {"family": family, "method": method,
                                      "speedup_median_per_question": row["speedup_median_per_question"],
@@ -112,7 +113,7 @@ def _bench_same_input(pick: dict, repeats: int) -> dict:
     pipe = FoveaPipeline.from_pretrained()
     image = Image.open(ROOT / "assets" / "examples" / pick["image"])
     sample = SimpleNamespace(image=image, question=pick["question"], family=pick["family"], task=pick["task"])
-    fovea, twin = BENCH_METHODS[DEFAULT_CONTEXT]
+    fovea, twin = BENCH_METHODS
     methods = [fovea, twin, "autoregressive"]
     rows = run_speed(pipe, [sample] * repeats, methods, context_defaults(DEFAULT_CONTEXT))
     row = summarise(rows, methods)["all"]

@@ -15,7 +15,6 @@ from functools import cached_property
 from PIL import Image
 
 from app.focus import FocusStep, focus_trajectory
-from app.render import display_strings
 from app.timing import Timings
 from fovea.config import FoveaConfig
 from fovea.locality import focus_locality, trace_links
@@ -45,6 +44,7 @@ class Session:
     image_sha: str = ""
     comparisons: list[dict] = field(default_factory=list)
     context: str = "full"                # the drafters' context ("full" / "text", app.settings.DRAFTER_CONTEXTS)
+    unknown_words: float = 0.0           # share of the question's words unknown to the tokenizer (fovea.ood)
 
     @property
     def fovea(self) -> GenerationResult:
@@ -84,9 +84,9 @@ def new_session(image: Image.Image, question: str, config: FoveaConfig, runs: di
                 timings: Timings, pipeline, context: str = "full") -> Session:
     """A session from a fresh run; the vocab comes from the pipeline's tokenizer."""
     ids = sorted(token_ids(runs))
-    vocab = dict(zip(ids, display_strings(ids, pipeline.token_strings(ids))))
+    vocab = dict(zip(ids, pipeline.token_strings(ids)))
     return Session(display_image(image), question, runs, vocab, timings, pipeline.memory_grid, config, image,
-                   image_sha(image), context=context)
+                   image_sha(image), context=context, unknown_words=pipeline.unknown_word_share(question))
 
 
 def to_trace_file(s: Session, image_size: int | None) -> TraceFile:

@@ -39,6 +39,11 @@ class Timings:
         return [r[method] / r[baseline] for r in self.repeats
                 if method in r and r.get(baseline, 0) > 0]
 
+    def median_tokens_per_s(self, method: str) -> float | None:
+        """The method's median tokens/s over the repeats it ran in (None when it ran in none)."""
+        values = [r[method] for r in self.repeats if method in r]
+        return statistics.median(values) if values else None
+
     def speedup(self, method: str, baseline: str = BASELINE) -> "Speedup | None":
         ratios = self.ratios(method, baseline)
         return Speedup(statistics.median(ratios), min(ratios), max(ratios), len(ratios)) if ratios else None

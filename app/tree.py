@@ -2,7 +2,9 @@
 
 One row per node (depth-first, children by draft score) and one column per tree depth, laid out by
 a CSS grid. Every label has the same fixed size (12 px token, 11 px notes) however deep the tree,
-and the tree scrolls sideways instead of shrinking. Each node shows its token, the drafter's
+and the tree scrolls sideways instead of shrinking. The accepted path comes first (rows 2.., one
+column per depth) and is also spelled out in one line above the grid. Every label's colour is
+set on the node, its text at least 4.5:1 against its background (WCAG AA). Each node shows its token, the drafter's
 probability of it given its parent, and the target's verdict (accepted / rejected); the bonus
 token sits one column right of the last accepted node. Pure: trace record + token strings in.
 """
@@ -17,13 +19,11 @@ from fovea.tree import children_of
 COLUMN_PX = 118           # width of one depth column
 BONUS_COLOUR = "#fbbf24"
 ACCEPTED_BG, ACCEPTED_FG = "#0f766e", "#ffffff"
-REJECTED_FG = "#6b7280"
+REJECTED_BG, REJECTED_FG = "#f9fafb", "#4b5563"     # 7.2:1 (WCAG AA asks 4.5:1), in light or dark theme
 
 
 def token_text(s: str) -> str:
-    """HTML-escaped display text of one token; empty tokens get a visible placeholder."""
-    if s == "":
-        return "∅"
+    """HTML-escaped display text of one token; "" (a special token: the pipeline shows none) stays ""."""
     return html.escape(s).replace("\n", "⏎")
 
 
@@ -37,8 +37,11 @@ def percent(p: float) -> str:
 
 
 def dfs_order(it: IterationTrace) -> list[int]:
-    """Nodes depth-first from the root, siblings by draft score (best first)."""
-    children = [sorted(kids, key=lambda c: -it.scores[c]) for kids in children_of(it.parents)]
+    """Nodes depth-first from the root, the accepted child first, then siblings by draft score (best
+    first): the accepted path fills the first rows, a diagonal from the top left, read without
+    scrolling down."""
+    accepted = set(it.accepted)
+    children = [sorted(kids, key=lambda c: (c not in accepted, -it.scores[c])) for kids in children_of(it.parents)]
     order, stack = [], [0]
     while stack:
         node = stack.pop()
@@ -57,7 +60,7 @@ def tree_html(it: IterationTrace, strings: list[str], bonus_string: str, selecte
         if node == last:                              # the bonus token continues the accepted path
             cells.append(f'<div class="fv-tnode fv-bonus" style="grid-row:{row};grid-column:{it.depths[node] + 2};'
                          f'background:{BONUS_COLOUR};color:#422006" title="the target\'s own token after the '
-                         f'accepted path"><b>{token_text(bonus_string)}</b><i>bonus · target</i></div>')
+                         f'accepted path"><b>{node_text(bonus_string)}</b><i>bonus · target</i></div>')
         row += 1
     columns = max(max(it.depths), it.depths[last] + 1) + 1
     header = "".join(f'<div class="fv-tcol" style="grid-row:1;grid-column:{d + 1}">'
@@ -67,18 +70,27 @@ def tree_html(it: IterationTrace, strings: list[str], bonus_string: str, selecte
     head = (f'<div class="fv-tree-head">Round {it.iteration}: {len(it.tokens) - 1} draft nodes, depth '
             f'{max(it.depths)}, {len(it.accepted)} accepted + 1 bonus (τ = {it.accept_length}) · draft '
             f'{it.draft_ms:.1f} ms, verify {it.verify_ms:.1f} ms</div>')
-    return f'<div class="fv-tree">{head}<div class="fv-tscroll">{grid}</div></div>'
+    path = " → ".join(f"<code>{node_text(strings[n]) if n < len(strings) else '?'}</code>"
+                      for n in [0, *it.accepted])
+    path = (f'<div class="fv-tree-path">Accepted path: {path} → <code>{node_text(bonus_string)}</code> (bonus); '
+            'it fills the first rows below, rejected branches follow</div>')
+    return f'<div class="fv-tree">{head}{path}<div class="fv-tscroll">{grid}</div></div>'
+
+
+def node_text(s: str) -> str:
+    """A tree label: the token's text, or ⟨end⟩ for a special token (shown as "" in the answer)."""
+    return token_text(s) or "⟨end⟩"
 
 
 def _cell(it: IterationTrace, node: int, strings: list[str], accepted: bool, selected: bool, row: int) -> str:
-    text = token_text(strings[node]) if node < len(strings) else "?"
+    text = node_text(strings[node]) if node < len(strings) else "?"
     if node == 0:
         cls, style, note = "fv-root", "background:#1f2937;color:#ffffff", "root · committed"
     elif accepted:
         cls, style = "fv-accepted", f"background:{ACCEPTED_BG};color:{ACCEPTED_FG}"
         note = f"{percent(local_prob(it, node))} · ✓ accepted"
     else:
-        cls, style = "fv-rejected", f"color:{REJECTED_FG}"
+        cls, style = "fv-rejected", f"background:{REJECTED_BG};color:{REJECTED_FG}"
         note = f"{percent(local_prob(it, node))} · ✗ rejected"
     badge = ""
     if node in it.retrieval:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import gradio as gr
 
-from app import plots, render
+from app import metrics, plots, render
 from app.callbacks import Callbacks
-from app.settings import COMPARE_VARIANTS, MAX_NEW_TOKENS_CAP, context_defaults, settings_panel
+from app.settings import COMPARE_VARIANTS, context_defaults, settings_panel
 from app.views import FOCUS_OUTPUTS, RACE_NOTE, RUN_OUTPUTS
 from app.vision import race_html, vision_html
 from fovea.config import FoveaConfig
@@ -82,7 +82,7 @@ def build_demo(pipeline, concurrency_limit: int = DEFAULT_CONCURRENCY,
     """The app over a ready pipeline; `initial` sets what the Settings controls show at load, and
     `context` the drafter context selected (default: the measured fastest of those loaded).
     `warm_up` runs every decode path once first, so the first request is timed like the rest."""
-    cap = min(MAX_NEW_TOKENS_CAP, getattr(pipeline, "max_new_tokens_cap", MAX_NEW_TOKENS_CAP))
+    cap = pipeline.max_new_tokens_cap
     cb = Callbacks(pipeline, cap, context)
     initial = initial or context_defaults(cb.default_context)
     if warm_up:
@@ -138,8 +138,8 @@ def _html(value: str = "", **kwargs) -> gr.HTML:
 
 
 def _output_column() -> dict:
-    c = {"ood": _html("", elem_id="fv-ood"),
-         "metrics": _html(render.metrics_html(None, None), label="Metrics", elem_id="fv-metrics")}
+    c = {"ood": _html("", label="Input notices", elem_id="fv-ood"),
+         "metrics": _html(metrics.metrics_html({}, None), label="Metrics", elem_id="fv-metrics")}
     _html(render.legend_html())
     c["answer"] = gr.HTML(render.answer_html([], []), label="Answer", js_on_load=TOKEN_CLICK_JS,
                           elem_id="fv-answer")
@@ -150,8 +150,8 @@ def _output_column() -> dict:
         with gr.Tab("Focus", id="focus"):
             _focus_tab(c)
         with gr.Tab("Where vision mattered", id="vision"):
-            c["race"] = _html(race_html([], RACE_NOTE), elem_id="fv-race")
-            c["vision"] = _html(vision_html([], str), elem_id="fv-vision")
+            c["race"] = _html(race_html([], RACE_NOTE), label="Race of the methods", elem_id="fv-race")
+            c["vision"] = _html(vision_html([], str), label="Corrected draft states", elem_id="fv-vision")
         with gr.Tab("Focus shifts", id="shifts"):
             c["focus_plot"] = gr.Plot(plots.focus_shift_figure([]), label="Focus shifts", show_label=False,
                                       elem_id="fv-focus-plot")
@@ -190,7 +190,7 @@ def _analysis_tab(c: dict) -> None:
         c["variant"] = gr.Dropdown(list(COMPARE_VARIANTS), value=COMPARE_VARIANTS[0], scale=3,
                                    label="Re-run the same request with retrieval variant")
         c["compare"] = gr.Button("Compare", scale=1)
-    c["compare_html"] = _html(render.comparison_html([]), label="Comparison table", elem_id="fv-compare")
+    c["compare_html"] = _html(metrics.comparison_html([]), label="Comparison table", elem_id="fv-compare")
     c["compare_plot"] = gr.Plot(plots.comparison_figure([]), label="Comparison", show_label=False)
     with gr.Accordion("Figures of the last request (the API's JSON output)", open=False):
         c["summary"] = gr.JSON(label="Figures of the last request", show_label=False)
@@ -207,14 +207,19 @@ def _wire(cb: Callbacks, i: dict, c: dict, limit: int) -> None:
                       show_progress="hidden")
     run_args = dict(fn=cb.run, inputs=run_inputs, outputs=run_outputs, preprocess=False,
                     concurrency_id="decode", concurrency_limit=limit)
-    i["run"].click(**check_args).success(**run_args, api_name="run")
-    i["question"].submit(**check_args).success(**run_args, api_name=False)
+    # a rejected input clears the previous request's results (they belong to another input)
+    clear_args = dict(fn=cb.cleared, inputs=None, outputs=run_outputs, api_name=False, show_progress="hidden")
+    for event in (i["run"].click, i["question"].submit):
+        checked = event(**check_args)
+        checked.success(**run_args, api_name="run" if event == i["run"].click else False)
+        checked.failure(**clear_args)
     for family, button in i["randoms"].items():
         button.click(functools.partial(cb.random_example, family), None, [i["image"], i["question"]],
                      api_name=f"random_{family}")
     focus_outputs = [c[name] for name in FOCUS_OUTPUTS]
+    # preprocess=False: an out-of-range value gets the app's sentence, not gradio's
     c["scrubber"].change(cb.scrub, [c["scrubber"], c["session"]], focus_outputs, api_name="scrub",
-                         show_progress="hidden", concurrency_limit=8)
+                         show_progress="hidden", concurrency_limit=8, preprocess=False)
     c["answer"].click(cb.click_token, [c["session"]], [c["scrubber"]], api_name=False, show_progress="hidden")
     c["play"].click(cb.play, [c["scrubber"], c["session"]], [c["scrubber"], c["timer"]], api_name=False)
     c["pause"].click(lambda: gr.Timer(active=False), None, c["timer"], api_name=False)

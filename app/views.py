@@ -5,16 +5,18 @@ which therefore look the same). Calls the pure renderers; gradio appears only as
 """
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
 import gradio as gr
 
-from app import plots, render
+from app import metrics, plots, render
 from app.focus import heatmap_overlay, step_caption, trajectory_gif
 from app.session import AUTOREGRESSIVE, FOVEA, LANE_NAMES, NO_CORRECTION, Session, to_trace_file
+from app.tree import node_text
 from app.vision import Lane, flip_marks, race_html, token_kinds, vision_html
-from fovea.ood import WorldCheck
+from fovea.ood import WorldCheck, question_message
 from fovea.trace_io import dump_trace
 
 FILMSTRIP_FRAMES = 12
@@ -31,63 +33,65 @@ def pack(**values) -> tuple:
     return tuple(values[n] if n in values else gr.skip() for n in RUN_OUTPUTS)
 
 
-def ood_html(world: WorldCheck) -> str:
-    if world.in_world:
-        return ""
-    return f'<div class="fv-ood" role="alert"><b>Out of distribution.</b> {world.message}</div>'
+def ood_html(world: WorldCheck, unknown_words: float = 0.0) -> str:
+    """The input's notices: an image unlike the bundled model's world, a flat image, a question mostly
+    outside the vocabulary; "" when there are none. Messages are escaped (they hold `<folder>`)."""
+    notices = [("Out of distribution.", world.message), ("Flat image.", world.flat_message),
+               ("Unknown words.", question_message(unknown_words))]
+    return "".join(f'<div class="fv-ood" role="alert"><b>{title}</b> {html.escape(text, quote=False)}</div>'
+                   for title, text in notices if text)
 
 
 def lane(name: str, records: list, strings: list[str], ms: float, done: bool) -> Lane:
     return Lane(name, strings, token_kinds(records)[:len(strings)], ms, done)
 
 
-def cleared_outputs(world: WorldCheck, n_methods: int) -> tuple:
-    """A new run starts: nothing of the previous run stays on screen."""
+def cleared_outputs(notices: str = "", status: str = "decoding…") -> tuple:
+    """A new run starts, or an input was rejected: nothing of the previous run stays on screen."""
     return pack(answer=render.answer_html([], []), baseline=render.plain_answer_html([], "runs in turn with FOVEA"),
-                metrics=render.metrics_html(None, None, status="decoding…"), heatmap=None,
+                metrics=metrics.metrics_html({}, None, status=status), heatmap=None,
                 caption="The focus view fills in as FOVEA decodes.", tree="",
                 scrubber=gr.Slider(minimum=0, maximum=1, value=0, step=1, interactive=False),
                 focus_plot=plots.focus_shift_figure([]), filmstrip=[], accept_plot=plots.accept_length_figure([]),
                 hist_plot=plots.accept_histogram_figure([]), timing_plot=plots.timing_figure([]), summary=None,
-                compare_html=render.comparison_html([]), compare_plot=plots.comparison_figure([]),
-                ood=ood_html(world), race=race_html([], RACE_NOTE), vision=vision_html([], str), session=None)
+                compare_html=metrics.comparison_html([]), compare_plot=plots.comparison_figure([]),
+                ood=notices, race=race_html([], RACE_NOTE), vision=vision_html([], str), session=None)
 
 
-def live_outputs(pipeline, img, method: str, acc, lanes: list[Lane], status: str, strings) -> tuple:
-    """Race + status always; this method's answer (FOVEA) or baseline box (autoregressive) while it
-    streams on the first repeat (acc is None otherwise)."""
-    values = dict(race=race_html(lanes, RACE_NOTE), metrics=render.metrics_html(None, None, status=status))
-    if acc is not None and method == FOVEA:
-        values["answer"] = render.answer_html(acc.rounds, strings(acc.tokens))
-        if acc.rounds and acc.rounds[-1].retrieval:
-            it = acc.rounds[-1]
+def live_outputs(pipeline, img, method: str, run, lanes: list[Lane], status: str, strings) -> tuple:
+    """Race + status always; `method`'s answer (FOVEA) or baseline box (autoregressive) from `run`, its
+    Accumulator while it streams or its result once finished (None: leave them as they are)."""
+    values = dict(race=race_html(lanes, RACE_NOTE), metrics=metrics.metrics_html({}, None, status=status))
+    rounds = None if run is None else run.iterations
+    if run is not None and method == FOVEA:
+        values["answer"] = render.answer_html(rounds, strings(run.tokens))
+        if rounds and rounds[-1].retrieval:
+            it = rounds[-1]
             node = 0 if 0 in it.retrieval else min(it.retrieval)
             values["heatmap"] = heatmap_overlay(img, it.retrieval[node], pipeline.memory_grid)
             values["tree"] = render.tree_html(it, strings(it.tokens), strings([it.bonus_token])[0])
-    elif acc is not None and method == AUTOREGRESSIVE:
-        values["baseline"] = render.plain_answer_html(strings(acc.tokens))
+    elif run is not None and method == AUTOREGRESSIVE:
+        values["baseline"] = render.plain_answer_html(strings(run.tokens))
     return pack(**values)
 
 
 def final_outputs(s: Session, sampling: bool = False) -> tuple:
-    f, b = render.stats_from_result(s.fovea), render.stats_from_result(s.baseline)
     n = len(s.trajectory)
     steps = [r.ms for r in s.baseline.iterations]
     ar_ms = sum(steps) / len(steps) if steps else None
-    speedup = s.timings.speedup(FOVEA)
     lanes = [lane(LANE_NAMES[m], s.runs[m].iterations, s.strings(s.runs[m].tokens), s.runs[m].wall_s * 1e3, True)
              for m in (FOVEA, NO_CORRECTION, AUTOREGRESSIVE) if m in s.runs]
     return pack(
         answer=render.answer_html(s.fovea.iterations, s.strings(s.fovea.tokens), flip_marks(s.fovea.iterations), s.text),
         baseline=render.plain_answer_html(s.strings(s.baseline.tokens)),
-        metrics=render.metrics_html(f, b, speedup, sampling=sampling),
+        metrics=metrics.metrics_html(s.runs, s.timings, sampling=sampling),
         scrubber=gr.Slider(minimum=0, maximum=max(1, n - 1), value=0, step=1, interactive=n > 1),
         focus_plot=plots.focus_shift_figure(s.trajectory, locality=s.locality), filmstrip=filmstrip(s),
         accept_plot=plots.accept_length_figure(s.fovea.iterations),
         hist_plot=plots.accept_histogram_figure(s.fovea.iterations),
-        timing_plot=plots.timing_figure(s.fovea.iterations, ar_ms), summary=summary(s, f, b),
-        compare_html=render.comparison_html(s.comparisons), compare_plot=plots.comparison_figure(s.comparisons),
-        ood=ood_html(s.world), race=race_html(lanes, RACE_NOTE + _timing_note(s)),
+        timing_plot=plots.timing_figure(s.fovea.iterations, ar_ms), summary=summary(s),
+        compare_html=metrics.comparison_html(s.comparisons), compare_plot=plots.comparison_figure(s.comparisons),
+        ood=ood_html(s.world, s.unknown_words), race=race_html(lanes, RACE_NOTE + _timing_note(s)),
         vision=vision_html(s.fovea.iterations, s.text), session=s,
         **dict(zip(FOCUS_OUTPUTS, focus_view(s, 0))))
 
@@ -98,17 +102,14 @@ def _timing_note(s: Session) -> str:
             if n > 1 else " The speedup is one timed run after the live pass.")
 
 
-def summary(s: Session, f: render.RunStats, b: render.RunStats) -> dict:
-    """Machine-readable figures of a request (the API's JSON output)."""
-    speedup = s.timings.speedup(FOVEA)
+def summary(s: Session) -> dict:
+    """Machine-readable figures of a request (the API's JSON output, `app.metrics.summary`)."""
     flips = [st for st in flip_marks(s.fovea.iterations)[0].values()]
-    return render.summary(f, b, question=s.question, image_sha=s.image_sha, drafter_context=s.context,
-                          answer=s.fovea.text,
-                          baseline_answer=s.baseline.text, focus_steps=len(s.trajectory),
-                          finish_reason=s.fovea.finish_reason, timing=s.timings.as_dict(),
-                          speedup=None if speedup is None else round(speedup.median, 3),
-                          accepted_flips=len(flips), imported=s.imported,
-                          ood={"coverage": round(s.world.coverage, 4), "in_world": s.world.in_world})
+    return metrics.summary(s.runs, s.timings, question=s.question, image_sha=s.image_sha, drafter_context=s.context,
+                           answer=s.fovea.text, baseline_answer=s.baseline.text, focus_steps=len(s.trajectory),
+                           finish_reason=s.fovea.finish_reason, accepted_flips=len(flips), imported=s.imported,
+                           ood={"coverage": round(s.world.coverage, 4), "in_world": s.world.in_world,
+                                "flat": s.world.flat, "unknown_words": round(s.unknown_words, 3)})
 
 
 def focus_view(s: Session, index: int) -> tuple:
@@ -130,18 +131,20 @@ def focus_view(s: Session, index: int) -> tuple:
     return heatmap_overlay(s.image, step.retrieval, grid), caption, tree
 
 
+def step_label(s: Session, i: int) -> str:
+    """Focus step i's label (filmstrip, GIF frames): its number, K and the token its state proposed from."""
+    step = s.trajectory[i]
+    token = node_text(s.text(s.fovea.iterations[step.iteration].tokens[step.node])).strip() or "␣"
+    return f"step {i + 1}/{len(s.trajectory)} · K={step.retrieval.k} · {token[:8]}"
+
+
 def filmstrip(s: Session) -> list:
     """Small heatmaps at up to FILMSTRIP_FRAMES evenly spaced focus steps."""
     n = len(s.trajectory)
     picks = range(n) if n <= FILMSTRIP_FRAMES else \
         sorted({round(i * (n - 1) / (FILMSTRIP_FRAMES - 1)) for i in range(FILMSTRIP_FRAMES)})
-    frames = []
-    for i in picks:
-        step = s.trajectory[i]
-        token = s.text(s.fovea.iterations[step.iteration].tokens[step.node]).strip() or "␣"
-        frames.append((heatmap_overlay(s.image, step.retrieval, s.memory_grid, side=160),
-                       f"{i + 1} · K={step.retrieval.k} · {token[:8]}"))
-    return frames
+    return [(heatmap_overlay(s.image, s.trajectory[i].retrieval, s.memory_grid, side=160), step_label(s, i))
+            for i in picks]
 
 
 def export_files(s: Session, folder: Path, image_size: int | None) -> list[str]:
@@ -149,5 +152,5 @@ def export_files(s: Session, folder: Path, image_size: int | None) -> list[str]:
     trace = folder / "fovea_trace.json"
     trace.write_text(json.dumps(dump_trace(to_trace_file(s, image_size))))
     gif = folder / "fovea_focus.gif"
-    trajectory_gif(s.image, s.trajectory, s.memory_grid, gif)
+    trajectory_gif(s.image, s.trajectory, s.memory_grid, gif, [step_label(s, i) for i in range(len(s.trajectory))])
     return [str(trace), str(gif)]

@@ -12,10 +12,10 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
-from app.tree import BONUS_COLOUR, percent, token_text
+from app.tree import BONUS_COLOUR, node_text, percent, token_text
 from fovea.trace import IterationTrace, StepTrace
 
-DRAFT_COLOUR, TARGET_COLOUR = "#0d9488", "#cbd5e1"
+DRAFT_COLOUR, TARGET_COLOUR = "#0f766e", "#cbd5e1"   # white / dark text: >= 5:1
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def flip_marks(rounds: list[IterationTrace]) -> tuple[dict, dict]:
 
 
 def _tops(top: list, vocab) -> str:
-    return " ".join(f'<span class="fv-top"><code>{token_text(vocab(t))}</code> {percent(p)}</span>' for t, p in top)
+    return " ".join(f'<span class="fv-top"><code>{node_text(vocab(t))}</code> {percent(p)}</span>' for t, p in top)
 
 
 def vision_html(rounds: list[IterationTrace], vocab) -> str:
@@ -122,8 +122,8 @@ def race_html(lanes: list[Lane], note: str = "") -> str:
     scale = max(max(l.ms for l in lanes), 1e-9)
     rows = []
     for lane in lanes:
-        chips = "".join(f'<span class="fv-rtok fv-r{k}" style="background:{_kind_colour(k)}">'
-                        f'{token_text(t)}</span>' for t, k in zip(lane.tokens, lane.kinds))
+        chips = "".join(f'<span class="fv-rtok fv-r{k}" style="{_kind_style(k)}">'
+                        f'{token_text(t)}</span>' for t, k in zip(lane.tokens, lane.kinds) if t)
         drafted = lane.kinds.count("draft")
         share = f"{drafted}/{len(lane.kinds)} tokens from accepted drafts" if lane.kinds else ""
         state = "done" if lane.done else "running…"
@@ -135,5 +135,7 @@ def race_html(lanes: list[Lane], note: str = "") -> str:
     return f'<div class="fv-race">{"".join(rows)}{foot}</div>'
 
 
-def _kind_colour(kind: str) -> str:
-    return DRAFT_COLOUR if kind == "draft" else BONUS_COLOUR if kind == "prefill" else TARGET_COLOUR
+def _kind_style(kind: str) -> str:
+    if kind == "draft":
+        return f"background:{DRAFT_COLOUR};color:#ffffff"
+    return f"background:{BONUS_COLOUR if kind == 'prefill' else TARGET_COLOUR};color:#1f2937"

@@ -110,9 +110,10 @@ def speculative_rounds(target, session: Session, cfg: FoveaConfig, clock: Clock 
             session.root = bonus
         t3 = time.perf_counter()
         clock.lap("commit/drafter")
-        yield IterationTrace(it, tree.token_ids, tree.parent_ids, tree.depth_ids, tree.score_values,
-                             tree.retrieval, accepted, None, emitted, bonus, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
-                             (t3 - t2) * 1e3, session.finish, tree.mask)
+        yield IterationTrace(iteration=it, tokens=tree.token_ids, parents=tree.parent_ids, depths=tree.depth_ids,
+                             scores=tree.score_values, retrieval=tree.retrieval, accepted=accepted, emitted=emitted,
+                             bonus_token=bonus, draft_ms=(t1 - t0) * 1e3, verify_ms=(t2 - t1) * 1e3,
+                             commit_ms=(t3 - t2) * 1e3, finish=session.finish, mask=tree.mask)
         it += 1
 
 

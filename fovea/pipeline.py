@@ -17,10 +17,12 @@ from PIL import Image, UnidentifiedImageError
 
 from fovea.checkpoints import check_drafter_fits_target, check_target_reference
 from fovea.config import CorrectionConfig, FoveaConfig
-from fovea.candidates import TreeDrafter
-from fovea.decoding import generate
+from fovea.candidates import AssistantLM, PromptLookup, TreeDrafter
+from fovea.decoding import generate, run
 from fovea.drafter import Drafter, drafter_config_for
+from fovea.methods import CONTEXTS, METHODS, Method
 from fovea.models import bundled
+from fovea.ood import unknown_word_share
 from fovea.trace import Accumulator, GenerationResult
 
 MAX_IMAGE_PIXELS = 40_000_000        # ~6300 x 6300; larger uploads are refused before decoding
@@ -109,19 +111,21 @@ class FoveaPipeline:
         if target_ref:
             check_target_reference(target_ref)
         tgt = load_backbone(target_ref) if target_ref else bundled.load_target(bundled.DEFAULT_TARGET_DIR)
-        drafters = {"fovea": Drafter.from_pretrained(drafter or os.environ.get("FOVEA_DRAFTER")
-                                                     or bundled.DEFAULT_DRAFTER_DIR)}
+        full = CONTEXTS["full"]
+        drafters = {full.fovea: Drafter.from_pretrained(drafter or os.environ.get("FOVEA_DRAFTER")
+                                                        or bundled.ASSETS / full.folders[0])}
         # the committed baseline and text-context drafters belong to the committed default target only
         default_target = isinstance(tgt, bundled.BundledTarget) and (
             not target_ref or Path(target_ref).resolve() == Path(bundled.DEFAULT_TARGET_DIR).resolve())
-        default_base = bundled.ASSETS / "drafter_nocorr" if default_target else None
+        default_base = bundled.ASSETS / full.folders[1] if default_target else None
         base_dir = Path(baseline_drafter) if baseline_drafter else default_base
         if base_dir is not None and base_dir.exists():
-            drafters["no_correction"] = Drafter.from_pretrained(base_dir)
-        if default_target:   # the cache-friendly (text-context) pair, where built
-            for name, folder in bundled.TEXT_CONTEXT_DRAFTER_DIRS.items():
-                if (folder / "config.json").exists():
-                    drafters[name] = Drafter.from_pretrained(folder)
+            drafters[full.twin] = Drafter.from_pretrained(base_dir)
+        if default_target:   # every other drafter context's pair, where built (fovea.methods.CONTEXTS)
+            for context in CONTEXTS.values():
+                for name, folder in zip((context.fovea, context.twin), context.folders):
+                    if context is not full and (bundled.ASSETS / folder / "config.json").exists():
+                        drafters[name] = Drafter.from_pretrained(bundled.ASSETS / folder)
         return cls(tgt, drafters)
 
     @classmethod
@@ -134,10 +138,11 @@ class FoveaPipeline:
         model = bundled.build_model(sizes, tok, seed=seed)
         target = bundled.BundledTarget(model, tok)
         torch.manual_seed(seed)
-        full, text = drafter_config_for(target), drafter_config_for(target, context="text")
         off = CorrectionConfig(enabled=False)
-        drafters = {"fovea": Drafter(full).eval(), "no_correction": Drafter(full, off).eval(),
-                    "fovea_text": Drafter(text).eval(), "no_correction_text": Drafter(text, off).eval()}
+        drafters = {}
+        for context in CONTEXTS.values():        # an untrained pair per drafter context
+            cfg = drafter_config_for(target, context=context.name)
+            drafters[context.fovea], drafters[context.twin] = Drafter(cfg).eval(), Drafter(cfg, off).eval()
         return cls(target, drafters)
 
     # ---- validation --------------------------------------------------------------------------
@@ -160,42 +165,57 @@ class FoveaPipeline:
         return config
 
     # ---- decoding ----------------------------------------------------------------------------
-    def strategy(self, method: str = "fovea", drafter: str = "fovea"):
-        """method "fovea" (the tree drafter over drafter `drafter`) or "autoregressive" (None)."""
-        if method == "autoregressive":
+    def strategy(self, method: Method, assistant=None):
+        """The drafting strategy of `method` (`fovea.methods`; None for autoregressive decoding): FOVEA,
+        its ablations and the chain are TreeDrafters over a loaded drafter with the method's config
+        overrides; prompt lookup and the assistant LM (`assistant`) are their own strategies."""
+        if method.kind == "autoregressive":
             return None
-        if method != "fovea":
-            raise InputError(f"Unknown method {method!r}; choose 'fovea' or 'autoregressive'.")
-        if drafter not in self.drafters:
-            raise InputError(f"No drafter named {drafter!r} is loaded; available: {sorted(self.drafters)}.")
-        return TreeDrafter(drafter, self.drafters[drafter])
+        if method.kind == "prompt_lookup":
+            return PromptLookup(method.name)
+        if method.kind == "assisted":
+            if assistant is None:
+                raise InputError(f"Method {method.name} needs an assistant LM (see --assistant).")
+            return AssistantLM(assistant, method.name)
+        if method.kind != "fovea":
+            raise InputError(f"Method {method.name} ({method.kind}) does not run in this decode loop.")
+        if method.drafter not in self.drafters:
+            raise InputError(f"Method {method.name} needs the drafter {method.drafter!r}, which is not loaded; "
+                             f"available: {sorted(self.drafters)}.")
+        return TreeDrafter(method.name, self.drafters[method.drafter], method.overrides)
 
-    def stream(self, image, question, config: FoveaConfig, method: str = "fovea",
-               drafter: str = "fovea") -> Iterator:
-        """Yield the trace records of one request (a PrefillTrace, then one per round or step)."""
+    def request(self, image, question, config: FoveaConfig, method: Method):
+        """(strategy, prompt, config) of one request, every input checked (InputError otherwise)."""
         img, q, cfg = self.validate_image(image), self.validate_question(question), self.validate_config(config)
-        strategy = self.strategy(method, drafter)
-        prompt = self.target.prepare(img, q)
-        yield from generate(self.target, strategy, prompt, cfg)
+        strategy = self.strategy(method)
+        return strategy, self.target.prepare(img, q), cfg
 
-    def accumulator(self, method: str = "fovea") -> Accumulator:
-        """An empty Accumulator for this pipeline's records (knows the memory grid)."""
-        return Accumulator(method, self.memory_grid)
+    def stream(self, image, question, config: FoveaConfig, method: Method = METHODS["fovea"]) -> Iterator:
+        """Yield the trace records of one request (a PrefillTrace, then one per round or step)."""
+        yield from generate(self.target, *self.request(image, question, config, method))
+
+    def accumulator(self, method: Method = METHODS["fovea"]) -> Accumulator:
+        """An empty Accumulator for this pipeline's records of `method` (knows the memory grid)."""
+        return Accumulator(method.name, self.memory_grid)
 
     def result(self, acc: Accumulator) -> GenerationResult:
         """The GenerationResult of a folded run, with its text decoded."""
         return acc.result(self.target.tokenizer.decode(acc.tokens, skip_special_tokens=True))
 
-    def generate(self, image, question, config: FoveaConfig, method: str = "fovea",
-                 drafter: str = "fovea") -> GenerationResult:
-        acc = self.accumulator(method)
-        for record in self.stream(image, question, config, method, drafter):
-            acc.add(record)
-        return self.result(acc)
+    def generate(self, image, question, config: FoveaConfig, method: Method = METHODS["fovea"]) -> GenerationResult:
+        """One request decoded and folded (`fovea.decoding.run`)."""
+        return run(self.target, *self.request(image, question, config, method))
 
     def token_strings(self, ids: list[int]) -> list[str]:
-        """Display text of each token (byte-level pieces decoded one by one)."""
-        return [self.target.tokenizer.decode([i]) for i in ids]
+        """Display text of each token (byte-level pieces decoded one by one): "" for a special token
+        (`</s>`: never shown), and a visible stand-in, the id, for any other token that decodes to nothing."""
+        tok = self.target.tokenizer
+        special = set(tok.all_special_ids)
+        return ["" if i in special else tok.decode([i]) or f"⟨{i}⟩" for i in ids]
+
+    def unknown_word_share(self, question: str) -> float:
+        """Share of the question's words unknown to the tokenizer (`fovea.ood.unknown_word_share`)."""
+        return unknown_word_share(question, lambda text: self.target.tokenizer.encode(text, add_special_tokens=False))
 
     def random_example(self, family: str, seed: int) -> tuple[Image.Image, str]:
         from fovea.data import FAMILIES, make_sample

@@ -148,6 +148,7 @@ class PrefillTrace:
         return self          # holds no tensors
 
     def fold_into(self, acc: "Accumulator") -> None:
+        acc.prefill = self
         acc.tokens.append(self.token)
         acc.prefill_ms += self.ms
         acc._count(1, self.ms, self.finish)
@@ -275,6 +276,7 @@ class GenerationResult(_Figures):
     accept_lengths: list[int] = field(default_factory=list)  # per round, bonus counted (1 per AR step)
     memory_grid: tuple[int, int] | None = None       # (rows, cols) of the visual memory, for heatmaps
     finish_reason: str = "length"     # "eos" or "length"
+    prefill: PrefillTrace | None = None   # the prefill's record: the first answer token and its time
 
 
 
@@ -288,6 +290,7 @@ class Accumulator(_Figures):
         self.steps: list[StepTrace] = []
         self.accept_lengths: list[int] = []
         self.target_forwards = 0
+        self.prefill: PrefillTrace | None = None
         self.prefill_ms = 0.0
         self.ms = 0.0                      # the records' own wall time: consumer time excluded
         self.finish_reason: str | None = None
@@ -314,6 +317,11 @@ class Accumulator(_Figures):
     def wall_s(self) -> float:
         return self.ms / 1e3
 
+    @property
+    def iterations(self) -> list:
+        """The rounds (FOVEA) or steps (autoregressive) so far, as `GenerationResult.iterations`."""
+        return self.rounds or self.steps
+
     def focus_trajectory(self) -> list["FocusStep"]:
         return focus_trajectory(self.rounds)
 
@@ -326,8 +334,8 @@ class Accumulator(_Figures):
 
     def result(self, text: str = "") -> GenerationResult:
         return GenerationResult(self.method, list(self.tokens), text, self.wall_s, self.prefill_ms,
-                                self.target_forwards, list(self.rounds or self.steps), list(self.accept_lengths),
-                                self.memory_grid, self.finish_reason or "length")
+                                self.target_forwards, list(self.iterations), list(self.accept_lengths),
+                                self.memory_grid, self.finish_reason or "length", self.prefill)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from PIL import Image
 
-from fovea.trace import GenerationResult, IterationTrace, NodeRetrieval, StepTrace
+from fovea.trace import GenerationResult, IterationTrace, NodeRetrieval, PrefillTrace, StepTrace
 
 SCHEMA = "fovea-trace"
 VERSION = 1
@@ -134,7 +134,16 @@ def _run(d: dict, grid: tuple[int, int]) -> GenerationResult:
         records = [StepTrace(int(s["step"]), int(s["token"]), float(s["forward_ms"]), s["finish"]) for s in d["steps"]]
     return GenerationResult(str(d["method"]), [int(t) for t in d["tokens"]], str(d["text"]), float(d["wall_s"]),
                             float(d["prefill_ms"]), int(d["target_forwards"]), records,
-                            [int(a) for a in d["accept_lengths"]], grid, str(d["finish_reason"]))
+                            [int(a) for a in d["accept_lengths"]], grid, str(d["finish_reason"]),
+                            _prefill(d))
+
+
+def _prefill(d: dict) -> PrefillTrace | None:
+    """The prefill's record, rebuilt: the first token, its time, and the finish when it ended the run."""
+    if not d["tokens"]:
+        return None
+    finish = str(d["finish_reason"]) if len(d["tokens"]) == 1 else None
+    return PrefillTrace(int(d["tokens"][0]), float(d["prefill_ms"]), finish)
 
 
 def _image(b64: str) -> Image.Image:

@@ -54,7 +54,18 @@ def test_full_run_streams_rounds_then_reports_speedup(client):
     assert timing["repeats"] == 2 and {"fovea", "no_correction"} <= set(timing["speedup"])
     # the same median: 3 decimals in the headline, 4 in the timing table (so no re-rounding of the 4)
     assert summary["speedup"] == pytest.approx(timing["speedup"]["fovea"]["median"], abs=5.01e-4)
-    assert "median of 2 interleaved runs" in final[OUT["metrics"]]
+    assert "median of 2 interleaved timed runs" in final[OUT["metrics"]]
+    # the headline and the table give the same timed speedups, FOVEA's and its twin's
+    head = dict(re.findall(r'data-method="(\w+)" data-speedup="([\d.]+)"', final[OUT["metrics"]]))
+    assert head == {"fovea": f'{timing["speedup"]["fovea"]["median"]:.2f}',
+                    "no_correction": f'{timing["speedup"]["no_correction"]["median"]:.2f}'}
+    assert summary["twin_speedup"] == pytest.approx(timing["speedup"]["no_correction"]["median"], abs=5.01e-4)
+    # while the repeats are timed, the progress says which, and both answers are whole
+    timed = [i for i, o in enumerate(outputs) if "timing run" in str(o[OUT["metrics"]])]
+    assert [re.search(r"timing run (\d) of up to 2", outputs[i][OUT["metrics"]]).group(1) for i in timed] == ["1", "2"]
+    shown = {name: [o[OUT[name]] for o in outputs[:timed[0]] if isinstance(o[OUT[name]], str)][-1]
+             for name in ("answer", "baseline")}                        # what stays on screen while timing
+    assert shown["answer"].count('class="fv-tok') == 12 and shown["baseline"] == final[OUT["baseline"]]
     assert final[OUT["race"]].count('class="fv-lane"') == 3 and "corrected draft states" in final[OUT["vision"]]
     assert summary["fovea"]["done"] and summary["autoregressive"]["done"]
     assert summary["speedup"] > 0 and summary["fovea"]["tokens_per_s"] > 0
@@ -62,10 +73,10 @@ def test_full_run_streams_rounds_then_reports_speedup(client):
     assert summary["answer"] == summary["baseline_answer"]           # greedy FOVEA is lossless
     assert summary["question"] == "Where is the orange triangle?"
     assert final[OUT["answer"]].count('class="fv-tok') == 12
-    assert "speedup over autoregressive decoding" in final[OUT["metrics"]]
+    assert "over autoregressive decoding" in final[OUT["metrics"]] and "</s>" not in final[OUT["answer"]]
     assert Image.open(final[OUT["heatmap"]]).size == (384, 384)
     assert "K = " in final[OUT["caption"]] and "gate g" in final[OUT["caption"]]
-    assert "fv-tree" in final[OUT["tree"]] and final[OUT["ood"]] == ""      # a generated scene: no warning
+    assert "fv-tree" in final[OUT["tree"]] and "Out of distribution" not in final[OUT["ood"]]   # a generated scene
     assert final[OUT["scrubber"]]["maximum"] == summary["focus_steps"] - 1
     assert final[OUT["focus_plot"]]["type"] == "plotly" and final[OUT["filmstrip"]]
 
@@ -74,6 +85,9 @@ def test_scrub_and_compare_use_this_users_last_run(client):
     run(client)
     heatmap, caption, tree = client.predict(2, api_name="/scrub")
     assert re.search(r"Step 3 / \d+", caption) and Image.open(heatmap).size == (384, 384) and "fv-tnode" in tree
+    with pytest.raises(AppError, match="scrubber takes a whole number from 0 to") as err:
+        client.predict(999, api_name="/scrub")                            # the app's words, not gradio's
+    assert "maximum value" not in str(err.value)
     table, figure = client.predict("dense", api_name="/compare")
     assert "dense" in table and "(your run)" in table and figure["type"] == "plotly"
     table, _ = client.predict("no correction", api_name="/compare")
@@ -165,7 +179,14 @@ def test_a_photo_like_upload_gets_the_out_of_distribution_warning(light_client, 
     _, final = run(light_client, image=path, max_new_tokens=2, repeats=1)
     assert "Out of distribution" in final[OUT["ood"]] and "--target" in final[OUT["ood"]]
     assert final[OUT["summary"]]["ood"]["in_world"] is False
-    assert "one run" in final[OUT["metrics"]]
+    assert "one timed run" in final[OUT["metrics"]]
+
+
+def test_every_api_output_is_named(app_url):
+    info = Client(app_url, analytics_enabled=False, verbose=False, download_files=False).view_api(
+        print_info=False, return_format="dict")
+    labels = [r["label"] for endpoint in info["named_endpoints"].values() for r in endpoint["returns"]]
+    assert labels and not [label for label in labels if re.fullmatch(r"value_\d+", label or "")]
 
 
 def test_export_then_import_reproduces_the_same_views(client):

@@ -4,7 +4,10 @@ that it changes draft top tokens and the target accepts some of those flips.
 
 What a user sees, checked on the page:
   - a run: streamed answer, heatmap, draft tree, focus plot; scrubber, player and token click move
-    the focus view; a bad input shows its message and leaves the results on the page;
+    the focus view; a bad input shows its message and clears the previous results;
+  - the headline's timed speedups (FOVEA and its twin) equal the table's; the tree's root label is
+    visible, every node label and answer token reads at WCAG AA contrast (4.5:1), and the accepted
+    path fills the tree's first rows;
   - the flipped-token marks in the answer (accepted ⚑ and struck-through rejected ⚑), one per flip
     that the exported trace holds on the committed path;
   - a depth-16 tree with fixed-size labels of at least 11 px that scrolls sideways;
@@ -33,6 +36,7 @@ from PIL import Image
 from app.screenshots import (VIEWPORT, ask, capture, chromium_path, click_token, launch_browser, open_app, play,
                              run_request, scrub_by)
 from app.ui import build_demo, serve_in_background
+from fovea.methods import METHODS
 from fovea.config import FoveaConfig
 from fovea.data import make_sample
 from fovea.data.sample import PAD_RGB
@@ -69,7 +73,7 @@ def steered_pipeline():
 
     pipe = FoveaPipeline.tiny_random(seed=0)
     cfg = FoveaConfig().replace(decoding=dict(max_new_tokens=TOKENS))
-    answer = pipe.generate(SCENE.image, SCENE.question, cfg, method="autoregressive").tokens
+    answer = pipe.generate(SCENE.image, SCENE.question, cfg, METHODS["autoregressive"]).tokens
     steer_correction(pipe.drafters["fovea"], collections.Counter(answer).most_common(1)[0][0])
     return pipe
 
@@ -182,11 +186,47 @@ def test_run_scrub_click_and_screenshot(page, app_url, out_dir):
     assert page.locator("#fv-focus-plot .js-plotly-plot").count() == 1
     assert all(p.stat().st_size > 20_000 for p in shots.values())
 
-    # a bad input raises a toast and leaves the last results on the page
+    # a bad input raises a toast and clears the last results: they belong to another input
     page.fill("#fv-question textarea", "")
     page.click("#fv-run")
     page.get_by_text("Please type a question about the image.").wait_for(timeout=30_000)
-    assert page.locator("#fv-answer .fv-tok").count() == TOKENS
+    page.wait_for_function("document.querySelectorAll('#fv-answer .fv-tok').length === 0", timeout=30_000)
+    assert page.locator("#fv-metrics .fv-head-item").count() == 0 and page.locator("#fv-tree .fv-tnode").count() == 0
+
+
+# WCAG relative luminance and contrast ratio, and the nearest opaque background behind an element
+_CONTRAST = """els => els.map(e => {
+  const rgb = s => s.match(/[\\d.]+/g).map(Number);
+  const lum = c => { const [r, g, b] = c.slice(0, 3).map(v => { v /= 255;
+    return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; }); return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+  let n = e, bg = null;
+  while (n && !bg) { const c = rgb(getComputedStyle(n).backgroundColor); if (c.length < 4 || c[3] > 0) bg = c; n = n.parentElement; }
+  bg = bg || [255, 255, 255];
+  const [a, b] = [lum(rgb(getComputedStyle(e).color)), lum(bg)].sort((x, y) => y - x);
+  return {text: e.innerText, ratio: (a + 0.05) / (b + 0.05)};
+})"""
+
+
+def test_the_headline_and_the_table_agree_and_the_tree_is_legible(scene_run):
+    page = scene_run.page
+    # the headline: FOVEA's and its twin's timed speedups; the table repeats the same medians, timed
+    head = {e["method"]: e["speedup"] for e in page.locator("#fv-metrics .fv-head-item").evaluate_all(
+        "els => els.map(e => ({method: e.dataset.method, speedup: e.dataset.speedup}))")}
+    assert set(head) == {"fovea", "no_correction"}
+    cells = page.locator("#fv-metrics tr.fv-timed-speedup td").all_inner_texts()
+    assert [c.split("×")[0] for c in cells] == [head["fovea"], head["no_correction"], "1.00"]
+    table = page.inner_text("#fv-metrics table")
+    assert "timed: median of" in table and "live pass" in table
+    # the draft tree: the root's label is visible, every label reads at >= 4.5:1, and the accepted
+    # path is spelled out above the grid and fills its first rows
+    root = page.locator("#fv-tree .fv-root b")
+    assert root.is_visible() and root.inner_text().strip()
+    ratios = page.locator("#fv-tree .fv-tnode b, #fv-tree .fv-tnode i, #fv-answer .fv-tok").evaluate_all(_CONTRAST)
+    assert ratios and min(r["ratio"] for r in ratios) >= 4.5, min(ratios, key=lambda r: r["ratio"])
+    assert "Accepted path:" in page.inner_text("#fv-tree .fv-tree-path")
+    rows = page.locator("#fv-tree .fv-tnode").evaluate_all("els => els.map(e => [e.className, e.style.gridRow])")
+    accepted_rows = sorted(int(r) for c, r in rows if "fv-accepted" in c)
+    assert accepted_rows == list(range(3, 3 + len(accepted_rows)))          # right under the root (row 2)
 
 
 def committed_flips(trace: dict) -> tuple[list, list]:
@@ -274,15 +314,15 @@ def test_a_wide_upload_is_letterboxed_in_the_heatmap_never_stretched(scene_run):
 def test_the_ood_warning_shows_for_a_photo_and_not_for_a_generated_scene(scene_run, page, app_url, tmp_path):
     from fovea.analysis.ood import photo_like
 
-    assert scene_run.page.locator("#fv-ood .fv-ood").count() == 0
-    assert scene_run.page.inner_text("#fv-ood").strip() == ""
+    assert "Out of distribution" not in scene_run.page.inner_text("#fv-ood")
     photo = tmp_path / "photo.png"
     photo_like(3).save(photo)                                       # value noise, non-square
     run_request(page, app_url, photo, "What is in the picture?")
-    warning = page.locator("#fv-ood .fv-ood[role=alert]")
+    warning = page.locator("#fv-ood .fv-ood[role=alert]").first
     assert warning.is_visible()
     text = warning.inner_text()
     assert "Out of distribution" in text and "synthetic world" in text and "--target" in text
+    assert "--target <LLaVA-NeXT or Qwen2.5-VL folder>" in text                 # its placeholders shown
 
 
 # A DOM serialisation with each element's attributes sorted: the browser keeps attributes in the order

@@ -1,6 +1,7 @@
 """Unit tests of the app's pure pieces on hand-built trace records: renderers (answer, tree,
 metrics), focus trajectory and heatmaps, plotly figures, settings -> config, and the
 background stream. No model, no UI launched."""
+import dataclasses
 import re
 import threading
 import time
@@ -9,14 +10,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from app import plots, render
+from app import metrics, plots, render
 from app.focus import (FocusStep, colormap, focus_shifts, focus_trajectory, heatmap_overlay, jaccard_distance,
                        step_caption, step_for_token, top_set, weight_grid)
 from app.settings import SettingsError, config_from_settings, variant_config
 from app.streaming import BackgroundStream
-from app.timing import Speedup
+from app.timing import Timings
 from fovea.config import FoveaConfig
-from fovea.trace import Accumulator, GenerationResult, IterationTrace, NodeRetrieval, PrefillTrace, StepTrace
+from fovea.trace import Accumulator, GenerationResult, IterationTrace, NodeRetrieval, PrefillTrace
 
 GRID = (8, 8)
 
@@ -55,7 +56,7 @@ def test_answer_tokens_start_with_the_prefill_token_then_emitted_tokens(rounds):
 
 
 def test_answer_html_has_one_span_per_token_coloured_by_origin(rounds):
-    out = render.answer_html(rounds, ["<p>", " a", " b", " c", ""])
+    out = render.answer_html(rounds, ["<p>", " a", " b", " c", " d"])
     assert out.count('class="fv-tok') == 5
     assert "&lt;p&gt;" in out and "<p>" not in out                   # token text is escaped
     assert 'class="fv-tok fv-prefill"' in out
@@ -64,15 +65,20 @@ def test_answer_html_has_one_span_per_token_coloured_by_origin(rounds):
     assert 'class="fv-tok fv-bonus" data-iter="0" data-k="2"' in out
     assert 'class="fv-tok fv-bonus" data-iter="1" data-k="0"' in out
     assert render.DEPTH_COLOURS[0] in out and render.BONUS_COLOUR in out
-    assert "∅" in out                                                 # an empty token stays visible
+
+
+def test_special_tokens_are_hidden_in_the_answers_and_named_in_the_tree(rounds, tiny_pipeline):
+    eos = tiny_pipeline.target.tokenizer.eos_token_id
+    strings = tiny_pipeline.token_strings([eos, 5])
+    assert strings[0] == "" and strings[1]                            # `</s>` shows as nothing
+    out = render.answer_html(rounds, ["<p>", " a", " b", " c", ""])    # the last token: a special one
+    assert out.count('class="fv-tok') == 4 and "</s>" not in out
+    assert render.plain_answer_html(["X", ""]).endswith(">X</div>")
+    assert "⟨end⟩" in render.tree_html(rounds[1], ["R", "", "x"], "")
 
 
 def test_answer_html_while_nothing_decoded_shows_a_placeholder():
     assert "fv-empty" in render.answer_html([], [])
-
-
-def test_display_strings_replace_empty_tokens_by_their_id():
-    assert render.display_strings([5, 6], ["a", ""]) == ["a", "⟨6⟩"]
 
 
 def test_tree_html_marks_accepted_rejected_bonus_and_retrieval(rounds):
@@ -153,40 +159,35 @@ def test_step_caption_reports_k_gate_and_proposals(rounds):
     assert "`B` ✓" in text and "`y`" in text
 
 
-def test_stats_metrics_and_speedup(result):
-    fovea = render.stats_from_result(result)
-    assert (fovea.tokens, fovea.target_forwards, fovea.mean_tau) == (5, 3, 2.0)
-    assert fovea.tokens_per_s == pytest.approx(10.0)
-    base = render.RunStats("autoregressive", 5, 1.0, 5, done=True)
-    assert render.speedup(fovea, base) == pytest.approx(2.0)
-    assert render.speedup(fovea, render.RunStats("autoregressive", 2, 0.4, 2)) is None   # baseline not done
-    out = render.metrics_html(fovea, base)
-    assert "2.00×" in out and "10.0" in out and "tokens / target forward" in out and "one run" in out
-    assert "FOVEA decoding" in render.metrics_html(render.RunStats("fovea", 1, 0.1, 1), None)
-    timed = render.metrics_html(fovea, base, Speedup(1.5, 1.2, 1.8, 3))
-    assert "<b>1.50×</b>" in timed and "median of 3 interleaved runs, range 1.20–1.80×" in timed
-    assert render.SAMPLING_NOTE in render.metrics_html(fovea, base, sampling=True)
-    assert "not its exact tokens" in render.SAMPLING_NOTE
-    s = render.summary(fovea, base, question="q")
-    assert s["speedup"] == 2.0 and s["fovea"]["mean_tau"] == 2.0 and s["question"] == "q"
+def test_the_headline_and_the_table_give_the_same_timed_speedups(result):
+    runs = {"fovea": result, "no_correction": result,
+            "autoregressive": dataclasses.replace(result, method="autoregressive", target_forwards=5)}
+    t = Timings()
+    for rep, (f, nc, ar) in enumerate([(30.0, 20.0, 10.0), (20.0, 15.0, 10.0), (45.0, 30.0, 15.0)]):
+        for method, tps in (("fovea", f), ("no_correction", nc), ("autoregressive", ar)):
+            t.add(rep, method, tps)
+    out = metrics.metrics_html(runs, t)
+    head = re.findall(r'data-method="(\w+)" data-speedup="([\d.]+)"', out)
+    assert head == [("fovea", "3.00"), ("no_correction", "2.00")]
+    cells = re.search(r'fv-timed-speedup"><th>[^<]*</th>(.*?)</tr>', out).group(1)
+    assert re.findall(r"<td>([^<]*)</td>", cells) == ["3.00× (2.00–3.00)", "2.00× (1.50–2.00)", "1.00×"]
+    assert "median of 3 interleaved timed runs" in out and "counts: the live pass" in out
+    assert "<td>30.0</td><td>20.0</td><td>10.0</td>" in out                   # median tokens/s of the same runs
+    assert "tokens / target forward" in out and "FOVEA decoding" in metrics.metrics_html({}, None, "FOVEA decoding…")
+    assert metrics.SAMPLING_NOTE in metrics.metrics_html(runs, t, sampling=True)
+    s = metrics.summary(runs, t, question="q")
+    assert (s["speedup"], s["twin_speedup"], s["fovea"]["tokens_per_s"], s["question"]) == (3.0, 2.0, 30.0, "q")
+    assert s["fovea"]["mean_tau"] == 2.0 and s["fovea"]["wall_s"] == pytest.approx(5 / 30, abs=1e-4)
 
 
-def test_stats_from_records_counts_the_prefill_token_and_forward(rounds):
-    live = render.stats_from_records("fovea", [PrefillTrace(10, ms=2.0), *rounds])
-    assert (live.tokens, live.target_forwards, live.accept_lengths, live.done) == (5, 3, [3, 1], False)
-    assert live.wall_s == pytest.approx((2.0 + 7.5 + 5.4) / 1e3)        # the records' own milliseconds
-    ar = render.stats_from_records("autoregressive", [PrefillTrace(0), StepTrace(0, 1, 1.0), StepTrace(1, 2, 1.0)])
-    assert (ar.tokens, ar.target_forwards, ar.mean_tau) == (3, 3, 1.0)
-
-
-def test_comparison_table_shows_the_median_and_range_or_says_one_run():
-    run = render.RunStats("fovea", 10, 0.5, 4, [3, 3, 2], True)
-    rows = [render.comparison_row("dense", run, Speedup(2.0, 1.7, 2.4, 3))]
-    out = render.comparison_html(rows)
-    assert "dense" in out and "2.00× (1.70–2.40)" in out and "interleaved" in out
-    one = render.comparison_html([render.comparison_row("fixed", run, Speedup(1.1, 1.1, 1.1, 1))])
-    assert "One timed run per variant" in one and "1.10×" in one
-    assert "fv-empty" in render.comparison_html([])
+def test_comparison_table_shows_the_median_and_range_or_says_one_run(result):
+    t = Timings([{"dense": 20.0, "autoregressive": 10.0}, {"dense": 17.0, "autoregressive": 10.0},
+                 {"dense": 24.0, "autoregressive": 10.0}])
+    out = metrics.comparison_html([metrics.comparison_row("dense", result, t, "dense")])
+    assert "dense" in out and "2.00× (1.70–2.40)" in out and "interleaved" in out and "<td>20.0</td>" in out
+    one = metrics.comparison_html([metrics.comparison_row("fixed", result, Timings([t.repeats[0]]), "dense")])
+    assert "One timed run per variant" in one and "2.00×" in one
+    assert "fv-empty" in metrics.comparison_html([])
 
 
 def test_focus_shift_figure_has_k_bars_and_jaccard_line(rounds):
@@ -230,10 +231,12 @@ def test_settings_defaults_round_trip_to_the_library_defaults():
     ({"max_new_tokens": "lots"}, "Max new tokens must be a number"),
     ({"k_min": 40, "k_max": 8}, "lower K_min or raise K_max"),
     ({"mode": "psychic"}, "Retrieval mode must be one of"),
-    ({"rho": float("nan")}, "ρ must be a number between"),
-    ({"stop_below": 1.5}, "Stop below must be a number between 0 and 0.99"),
+    ({"rho": float("nan")}, "ρ \\(cumulative mass\\) must be a number between 0.05 and 1"),
+    ({"stop_below": 1.5}, "Stop below \\(dynamic depth\\) must be a number between 0 and 0.95"),
+    ({"top_k": 17}, "Tree top-k must be a whole number between 1 and 16"),
     ({"trigger": 2}, "Correct only where unsure must be a number between 0 and 1"),
     ({"correction_depth": 16}, "Correction depth must be a whole number between 0 and 15"),
+    ({"seed": -1}, "Seed must be a whole number between 0 and 2,147,483,647"),
 ])
 def test_bad_settings_raise_a_sentence_saying_what_to_change(change, phrase):
     values = dict(mode="cumulative", rho=0.8, k_min=4, k_max=32, fixed_k=16, depth=5, top_k=4, total_tokens=16,

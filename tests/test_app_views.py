@@ -122,11 +122,18 @@ def test_heatmap_letterboxes_a_non_square_image_instead_of_stretching_it():
     assert tuple(px[100, 100]) == (220, 0, 0)
 
 
-def test_trajectory_gif_has_one_frame_per_focus_step(rounds, tmp_path):
+def test_trajectory_gif_has_one_labelled_frame_per_focus_step(rounds, tmp_path):
     path = tmp_path / "focus.gif"
-    trajectory_gif(Image.new("RGB", (60, 40)), focus_trajectory(rounds), GRID, path, side=64)
+    labels = ["step 1/3 · a", "step 2/3 · b", "step 3/3 · c"]
+    trajectory_gif(Image.new("RGB", (60, 40)), focus_trajectory(rounds), GRID, path, labels, side=64)
     with Image.open(path) as gif:
-        assert gif.n_frames == len(focus_trajectory(rounds)) == 3 and gif.size == (64, 64)
+        assert gif.n_frames == len(focus_trajectory(rounds)) == 3 and gif.size == (64, 86)
+        bands = []
+        for i in range(gif.n_frames):
+            gif.seek(i)
+            bands.append(np.asarray(gif.convert("L"))[64:])               # the label band under the heatmap
+    assert all((b < 128).any() for b in bands)                            # dark text on each frame
+    assert not np.array_equal(bands[0], bands[1])                          # each its own label
 
 
 def test_focus_shift_figure_adds_prr_overlap_and_hit_rate(rounds):

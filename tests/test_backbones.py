@@ -9,6 +9,7 @@ import json
 import pytest
 import torch
 
+from fovea.methods import METHODS
 from fovea.backbones import BackboneError, load_backbone, save_backbone, tiny_llava_next, tiny_qwen2_5_vl
 from fovea.backbones.llava_next import anyres_layout
 from fovea.backbones.qwen2_5_vl import grid_of
@@ -223,7 +224,7 @@ def test_pipeline_from_pretrained_runs_a_backbone_folder_with_a_drafter_folder(t
     pipe = FoveaPipeline.from_pretrained(tmp_path / "target", tmp_path / "drafter")
     assert pipe.memory_grid == (4, 4) and set(pipe.drafters) == {"fovea"}
     img, q = examples(1)[0]
-    fovea, ar = (pipe.generate(img, q, CFG, method) for method in ("fovea", "autoregressive"))
+    fovea, ar = (pipe.generate(img, q, CFG, METHODS[m]) for m in ("fovea", "autoregressive"))
     assert fovea.tokens == ar.tokens and len(fovea.tokens) == CFG.decoding.max_new_tokens
 
 

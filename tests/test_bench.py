@@ -220,3 +220,16 @@ def test_ranking_counts_drafters_named_on_the_command_line_and_leaves_out_untrai
                      "my_drafter": {"speedup_ratio_of_medians": 1.3}} for fam in ("scene", "ocr")}
     got = ranking(summary, ["autoregressive", "prompt_lookup", "fovea", "my_drafter"])
     assert [r["method"] for r in got] == ["my_drafter", "fovea"]
+
+
+def test_acceptance_by_position_is_the_share_accepted_of_the_rounds_that_reached_it():
+    from fovea.bench.report import _acceptance_table
+    from fovea.bench.stats import acceptance_by_position
+
+    # accept lengths count the bonus: draft tokens accepted per round are 0, 1, 2, 2, 0
+    rates = acceptance_by_position([1, 2, 3, 3, 1])
+    assert rates == [3 / 5, 2 / 3, 0.0]
+    assert acceptance_by_position([1, 1]) == [0.0] and acceptance_by_position([]) == []
+    table = _acceptance_table({"fovea": {"acceptance_by_position": rates}, "autoregressive": {}},
+                              ["autoregressive", "fovea"], positions=4)
+    assert "| fovea | 0.60 | 0.67 | 0.00 | - |" in table

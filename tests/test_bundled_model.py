@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from fovea.methods import METHODS
 from fovea.config import FoveaConfig
 from fovea.data import eval_seeds, make_sample
 from fovea.models.bundled import ASSETS
@@ -28,7 +29,7 @@ def pipe():
 
 def _both(pipe, image, question):
     fovea = pipe.generate(image, question, CFG)
-    ar = pipe.generate(image, question, CFG, method="autoregressive")
+    ar = pipe.generate(image, question, CFG, METHODS["autoregressive"])
     assert fovea.tokens == ar.tokens, question          # lossless on the shipped model too
     return ar.text
 

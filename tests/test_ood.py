@@ -35,3 +35,34 @@ def test_photo_like_images_of_every_kind_get_the_warning_pointing_to_a_real_back
 def test_coverage_is_one_for_flat_images_and_tiny_for_noise():
     assert palette_coverage(Image.new("RGB", (50, 30), (10, 200, 30))) == 1.0
     assert palette_coverage(photo_like(0)) < 0.05 < WORLD_THRESHOLD         # seed 0 is white noise
+
+
+def test_a_flat_image_gets_a_notice_and_no_generated_image_does():
+    from fovea.ood import FLAT_SHARE
+
+    flat = check_world(Image.new("RGB", (200, 120), (128, 128, 128)))
+    assert flat.flat and "flat colour" in flat.flat_message
+    checks = [check_world(image) for _, _, image in generated_images(8, start=7000)]
+    assert not any(c.flat for c in checks) and max(c.top_share for c in checks) < FLAT_SHARE
+
+
+def test_a_question_mostly_outside_the_vocabulary_gets_a_notice():
+    from transformers import AutoTokenizer
+
+    from fovea.models.bundled import DEFAULT_TARGET_DIR
+    from fovea.ood import question_message, unknown_word_share
+
+    tok = AutoTokenizer.from_pretrained(DEFAULT_TARGET_DIR)               # the shipped target's tokenizer
+
+    def share(question: str) -> float:
+        return unknown_word_share(question, lambda text: tok.encode(text, add_special_tokens=False))
+    assert share("How many red circles are there?") == 0.0 and question_message(0.0) == ""
+    for question in ("Wie viele rote Kreise gibt es?", "这张图片里有什么？"):
+        assert "unknown to the model's vocabulary" in question_message(share(question)), question
+
+
+def test_the_notices_keep_their_placeholders_as_text():
+    from app.views import ood_html
+
+    out = ood_html(check_world(photo_like(3)), unknown_words=0.9)
+    assert "&lt;LLaVA-NeXT or Qwen2.5-VL folder&gt;" in out and out.count('role="alert"') == 2

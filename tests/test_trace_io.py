@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from fovea.methods import METHODS
 from fovea.config import FoveaConfig
 from fovea.trace_io import (SCHEMA, VERSION, TraceFile, TraceFormatError, display_image, dump_trace, load_trace,
                             token_ids)
@@ -14,7 +15,7 @@ def trace(tiny_pipeline):
     pipe = tiny_pipeline
     image, question = pipe.random_example("chart", 11)
     cfg = FoveaConfig().replace(decoding={"max_new_tokens": 8}, tree=dict(depth=3, top_k=2, total_tokens=6))
-    runs = {m: pipe.generate(image, question, cfg, method=m) for m in ("fovea", "autoregressive")}
+    runs = {m: pipe.generate(image, question, cfg, METHODS[m]) for m in ("fovea", "autoregressive")}
     ids = sorted(token_ids(runs))
     vocab = dict(zip(ids, pipe.token_strings(ids)))
     return TraceFile(question, image, pipe.memory_grid, pipe.image_size, vocab, runs, {"tree": {"depth": 3}},

@@ -55,8 +55,7 @@ def trace_locality(decoded, cfg: LocalityConfig, n_entries: int | None = None) -
 def tune_and_report(pipe, n_questions: int, max_new_tokens: int = 64) -> dict:
     """Pick gamma on tuning questions (fovea.data.tuning_seeds), then report it on the benchmark's
     held-out questions (eval_seeds), so the setting is never chosen on the numbers it reports."""
-    from fovea.analysis.rounds import decode_traced
-    from fovea.bench import held_out
+    from fovea.analysis.rounds import decode_traced, held_out
     from fovea.config import FoveaConfig
     from fovea.data import eval_seeds, tuning_seeds
 

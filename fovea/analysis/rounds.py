@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from tqdm import tqdm
 
 from fovea.config import FoveaConfig
-from fovea.data import Sample
+from fovea.data import FAMILIES, Sample, eval_seeds, make_sample
 from fovea.candidates import TreeDrafter
 from fovea.decoding import run
 from fovea.trace import IterationTrace, NodeRetrieval
@@ -25,6 +25,12 @@ class Decoded:
     sample: Sample
     tokens: list[int]                 # generated ids, as GenerationResult.tokens
     rounds: list[IterationTrace]      # one per draft-verify round, in order
+
+
+def held_out(n: int, seeds=eval_seeds) -> list[Sample]:
+    """The first n held-out samples, families round-robin (the same questions for every method);
+    seeds=tuning_seeds gives the tuning questions of --tree-sweep, never benchmarked."""
+    return [make_sample(s, family=FAMILIES[i % len(FAMILIES)]) for i, s in enumerate(seeds(n))]
 
 
 def analysis_config(cfg: FoveaConfig, mode: str | None = None) -> FoveaConfig:

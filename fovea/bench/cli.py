@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from fovea.bench.methods import METHODS, Method, load_assistant
+from fovea.methods import CORRECTION_PAIRS
 from fovea.bench.report import write_results
 from fovea.bench.runner import PAIR_SWEEPS, cold_start_seconds, held_out, pair_sweep, run_meta, run_speed, tree_sweep
 from fovea.bench.stats import summarise
@@ -31,8 +32,8 @@ SWEEPS = ("tree", *PAIR_SWEEPS)
 
 
 PRESETS = {
-    "quick": {"n": 6, "max_new_tokens": 32, "methods": ["autoregressive", "fovea", "no_correction", "chain",
-                                                        "fovea_text", "no_correction_text"],
+    "quick": {"n": 6, "max_new_tokens": 32, "methods": ["autoregressive", *CORRECTION_PAIRS[0], "chain",
+                                                        *CORRECTION_PAIRS[1]],
               "analyses": True, "analysis_n": 3, "analysis_tokens": 16},
     "default": {"n": 100, "max_new_tokens": 64, "methods": list(METHODS), "cold_start": True,
                 "analyses": True, "analysis_n": 60, "analysis_tokens": 64},

@@ -1,82 +1,34 @@
-"""The benchmark's methods: a name, how its drafts are made (a drafting strategy of
-`fovea.candidates`, autoregressive decoding, or transformers' own `generate()` for reference) and
-its config overrides; `run_method` decodes one question with one of them.
+"""The benchmark's sweeps over the method table (`fovea.methods`: a name, how its drafts are made and
+its config overrides) and `run_method`, which decodes one question with one method, including
+transformers' own `generate()` for reference.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from fovea.candidates import AssistantLM, PromptLookup, TreeDrafter
 from fovea.config import FoveaConfig
 from fovea.decoding import run
+from fovea.methods import ALL_DEPTHS, CONTEXTS, CORRECTION_PAIRS, METHODS, TRIGGER, Method
+from fovea.pipeline import InputError
 from fovea.trace import GenerationResult
 
-
-@dataclass(frozen=True)
-class Method:
-    name: str
-    # "fovea" (a TreeDrafter) | "autoregressive" | "prompt_lookup" | "assisted" (strategies of our decode
-    # loop) | "hf_prompt_lookup" | "hf_assisted" (transformers' own generate(), for reference)
-    kind: str = "fovea"
-    drafter: str = "fovea"
-    overrides: dict = field(default_factory=dict)
+__all__ = ["METHODS", "Method", "TRIGGER", "run_method", "strategy_for"]
 
 
-ALL_DEPTHS = 64          # max_depth past any tree's depth: every draft state may be corrected
-# per drafter context, the threshold of the best pooled FOVEA speed in --trigger-sweep on tuning questions
-# (assets/results/trigger_sweep, 2026-12-05: full 0.5, text 0.7)
-TRIGGER = 0.5
-TRIGGER_TEXT = 0.7
-METHODS = {m.name: m for m in [
-    Method("autoregressive", kind="autoregressive"),
-    Method("fovea"),
-    Method("no_correction", drafter="no_correction", overrides={"correction": {"enabled": False}}),
-    # the cache-friendly pair: the drafter's cache skips the image; FOVEA and its "- correction" ablation
-    Method("fovea_text", drafter="fovea_text"),
-    Method("no_correction_text", drafter="no_correction_text", overrides={"correction": {"enabled": False}}),
-    # the default tree stops below an unsure level (TreeConfig.stop_below, dynamic depth); these draw all
-    # `depth` levels every round, as EAGLE-2 and the paper do
-    Method("fovea_fixed_depth", overrides={"tree": {"stop_below": 0.0}}),
-    Method("no_correction_fixed_depth", drafter="no_correction",
-           overrides={"correction": {"enabled": False}, "tree": {"stop_below": 0.0}}),
-    Method("chain", overrides={"tree": {"chain": True}}),
-    Method("no_depth_embedding", overrides={"retrieval": {"mode": "state_only"}}),
-    Method("no_gate", overrides={"correction": {"use_gate": False}}),
-    Method("correction_depth0", overrides={"correction": {"max_depth": 0}}),
-    Method("correction_depth3", overrides={"correction": {"max_depth": 3}}),
-    # deviations: the correction at every depth (the paper stops at depth 1), and at every depth but only
-    # where the uncorrected head is unsure (correction.trigger: TRIGGER / TRIGGER_TEXT from tuning questions)
-    Method("correction_all_depths", overrides={"correction": {"max_depth": ALL_DEPTHS}}),
-    Method("fovea_triggered", overrides={"correction": {"max_depth": ALL_DEPTHS, "trigger": TRIGGER}}),
-    Method("fovea_text_triggered", drafter="fovea_text",
-           overrides={"correction": {"max_depth": ALL_DEPTHS, "trigger": TRIGGER_TEXT}}),
-    Method("random", overrides={"retrieval": {"mode": "random"}}),
-    Method("static", overrides={"retrieval": {"mode": "static"}}),
-    Method("query_agnostic", overrides={"retrieval": {"mode": "query_agnostic"}}),
-    Method("dense", overrides={"retrieval": {"mode": "dense"}}),
-    *[Method(f"fixed_k{k}", overrides={"retrieval": {"mode": "fixed", "fixed_k": k}}) for k in (8, 16, 32, 64)],
-    Method("prompt_lookup", kind="prompt_lookup"),
-    Method("assisted", kind="assisted"),
-    Method("hf_prompt_lookup", kind="hf_prompt_lookup"),
-    Method("hf_assisted", kind="hf_assisted"),
-]}
-# the methods whose drafts come from a trained model (the ranking the README reports)
-TRAINED_DRAFTERS = [m.name for m in METHODS.values() if m.kind in ("fovea", "assisted", "hf_assisted")]
 # analyses: run the diagnostics of fovea.analysis by default; analysis_n / analysis_tokens size them
 # --tree-sweep: (depth, top_k, total_tokens) shapes compared for FOVEA and its ablation, on tuning
 # questions disjoint from the benchmark's (fovea.data.tuning_seeds); the TreeConfig default comes from it
 TREE_SHAPES = ((5, 4, 16), (5, 8, 32), (7, 2, 12), (7, 2, 16), (8, 2, 16), (9, 2, 16), (9, 3, 20), (11, 2, 16))
-SWEEP_DRAFTERS = ("fovea", "no_correction")
+SWEEP_DRAFTERS = CORRECTION_PAIRS[0]
 
 
 # Pair sweeps (--trigger-sweep, --retrieval-sweep, --stop-sweep): decode-time variants of each FOVEA drafter
 # context beside its twin and the default setting, on tuning questions. A variant is (label, config overrides);
 # FOVEA@label (and twin@label for --stop-sweep) is its method. TRIGGER comes from the trigger sweep.
-SWEEP_PAIRS = (("fovea", "no_correction"), ("fovea_text", "no_correction_text"))
+SWEEP_PAIRS = CORRECTION_PAIRS
 TRIGGERS = (0.5, 0.7, 0.8, 0.9, 0.95, 1.0)
 TRIGGER_VARIANTS = tuple((f"trigger{t:g}", {"correction": {"max_depth": ALL_DEPTHS, "trigger": t}}) for t in TRIGGERS)
 # the sharpness of retrieval: the cumulative mass rho (paper 0.8) and the K bounds, at decode time
@@ -99,7 +51,7 @@ STOPS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)     # 0: fixed depth
 STOP_VARIANTS = tuple((f"stop{t:g}", {"tree": {"stop_below": t}}) for t in STOPS)
 # the stop sweep also runs the text-context drafter corrected where unsure: a surer drafter draws more levels
 # under the same threshold (assets/results/cost_split), so it may want a later stop than its twin
-STOP_PAIRS = (*SWEEP_PAIRS, ("fovea_text_triggered", "no_correction_text"))
+STOP_PAIRS = (*SWEEP_PAIRS, *((c.best, c.twin) for c in CONTEXTS.values() if c.best != c.fovea))
 
 
 def pair_sweep_methods(variants, pairs=SWEEP_PAIRS, twins_too: bool = False) -> dict[str, Method]:
@@ -134,20 +86,11 @@ def tree_sweep_methods(shapes=TREE_SHAPES, drafters=SWEEP_DRAFTERS) -> dict[str,
 
 
 def strategy_for(pipe, method: Method, assistant=None):
-    """The drafting strategy of a method (None for autoregressive decoding): FOVEA, its ablations
-    and the chain are TreeDrafters over a loaded drafter with config overrides; prompt lookup and
-    the assistant LM are their own strategies in the same decode loop."""
-    if method.kind == "autoregressive":
-        return None
-    if method.kind == "prompt_lookup":
-        return PromptLookup(method.name)
-    if method.kind == "assisted":
-        if assistant is None:
-            raise SystemExit(f"method {method.name} needs an assistant LM (see --assistant)")
-        return AssistantLM(assistant, method.name)
-    if method.drafter not in pipe.drafters:
-        raise SystemExit(f"method {method.name} needs the drafter {method.drafter!r}, which is not loaded")
-    return TreeDrafter(method.name, pipe.drafters[method.drafter], method.overrides)
+    """`pipe.strategy(method)` (`fovea.pipeline`), its refusal as the command line's exit message."""
+    try:
+        return pipe.strategy(method, assistant)
+    except InputError as err:
+        raise SystemExit(str(err)) from None
 
 
 def run_method(pipe, method: Method, image, question, base: FoveaConfig, assistant=None) -> GenerationResult:

@@ -26,6 +26,7 @@ from fovea.candidates import TreeDrafter
 from fovea.config import FoveaConfig
 from fovea.decoding import run
 from fovea.draft import extend
+from fovea.methods import CONTEXTS
 from fovea.profile import Clock, interleaved_order
 from fovea.tree import ancestors_of
 
@@ -69,8 +70,7 @@ def profile_rounds(pipe, samples, cfg: FoveaConfig, drafter: str = "fovea") -> d
 
 
 # --cost-split: each FOVEA decode setting beside its no-correction twin, and the stages only FOVEA runs
-COST_PAIRS = (("fovea", "no_correction"), ("fovea_triggered", "no_correction"),
-              ("fovea_text", "no_correction_text"), ("fovea_text_triggered", "no_correction_text"))
+COST_PAIRS = tuple((fovea, c.twin) for c in CONTEXTS.values() for fovea in c.settings)
 CORRECTION_STAGES = ("draft/trigger", "draft/retrieval", "draft/correction")
 
 

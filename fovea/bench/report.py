@@ -46,6 +46,7 @@ def markdown(summary: dict, methods: list[str], meta: dict) -> str:
             cells.append(f"{f(s['speedup_ratio_of_medians'])}x / {f(s['tau_with_bonus'])} / "
                          f"{'yes' if s['lossless'] else 'NO'}")
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    lines += _acceptance_table(summary["all"], methods)
     ranked = ranking(summary, methods)
     if ranked:
         place = next((i + 1 for i, r in enumerate(ranked) if r["method"] == "fovea"), None)
@@ -147,3 +148,20 @@ def write_figures(summary: dict, methods: list[str], out: Path) -> None:
     fig.update_layout(title="Speedup over autoregressive decoding (ratio of medians)", barmode="group",
                       yaxis_title="x", template="plotly_white")
     fig.write_html(out / "speedup.html", include_plotlyjs="cdn")
+
+
+def _acceptance_table(pooled: dict, methods: list[str], positions: int = 8) -> list[str]:
+    """Acceptance rate at each draft position (`stats.acceptance_by_position`), pooled, first `positions`."""
+    drafted = [m for m in methods if pooled[m].get("acceptance_by_position")]
+    if not drafted:
+        return []
+    head = " | ".join(f"d{d}" for d in range(1, positions + 1))
+    rows = [f"| {m} | " + " | ".join(f"{r:.2f}" if (r := _at(pooled[m]["acceptance_by_position"], d)) is not None
+                                     else "-" for d in range(positions)) + " |" for m in drafted]
+    return ["", "### Acceptance rate by draft position (of the rounds that reached it, the share accepted)", "",
+            f"| method | {head} |", "|" + "---|" * (positions + 1), *rows]
+
+
+def _at(values: list, i: int):
+    return values[i] if i < len(values) else None
+

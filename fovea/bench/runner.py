@@ -19,14 +19,9 @@ from fovea.bench.methods import (CONTROL_VARIANTS, DEPTH_VARIANTS, METHODS, RETR
 from fovea.bench.report import pair_sweep_markdown, tree_sweep_markdown
 from fovea.bench.stats import summarise
 from fovea.config import FoveaConfig
-from fovea.data import FAMILIES, eval_seeds, make_sample, tuning_seeds
+from fovea.analysis.rounds import held_out
+from fovea.data import tuning_seeds
 from fovea.profile import interleaved_order
-
-
-def held_out(n: int, seeds=eval_seeds) -> list:
-    """The first n held-out samples, families round-robin (the same questions for every method);
-    seeds=tuning_seeds gives the tuning questions of --tree-sweep, never benchmarked."""
-    return [make_sample(s, family=FAMILIES[i % len(FAMILIES)]) for i, s in enumerate(seeds(n))]
 
 
 def run_speed(pipe, samples: list, methods: list[str], base: FoveaConfig, assistant=None,

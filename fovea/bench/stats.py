@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 
-from fovea.bench.methods import METHODS, TRAINED_DRAFTERS
+from fovea.methods import CORRECTION_PAIRS, METHODS, TRAINED_DRAFTERS
 from fovea.data import FAMILIES
 
 
@@ -37,8 +37,22 @@ def summarise(rows: list[dict], methods: list[str]) -> dict:
                 "verify_ms": statistics.median(i[1] for i in iters) if iters else None,
                 "commit_ms": statistics.median(i[2] for i in iters) if iters else None,
                 "lossless": all(r["identical_to_ar"] for r in mr),
+                "acceptance_by_position": acceptance_by_position(taus) if m != "autoregressive" else [],
             }
     return out
+
+
+def acceptance_by_position(accept_lengths: list[int]) -> list[float]:
+    """Per draft position d = 1, 2, ... the acceptance rate at d: of the rounds that accepted the
+    first d-1 draft tokens, the share that accepted token d too. A round's accept length counts the
+    bonus token, so it accepted `length - 1` draft tokens; positions no round reached are left out.
+    (The product of the first d rates is the share of rounds that accepted d or more.)"""
+    accepted = [n - 1 for n in accept_lengths]
+    rates, d = [], 1
+    while (reached := sum(a >= d - 1 for a in accepted)) and d <= max(accepted, default=0) + 1:
+        rates.append(sum(a >= d for a in accepted) / reached)
+        d += 1
+    return rates
 
 
 def family_mean_speedup(summary: dict, method: str) -> float | None:
@@ -55,8 +69,6 @@ def ranking(summary: dict, methods: list[str]) -> list[dict]:
     return sorted((r for r in scored if r["mean_speedup"] is not None), key=lambda r: -r["mean_speedup"])
 
 
-# FOVEA and its "- correction" ablation with the same drafter context, trained on the same batches
-CORRECTION_PAIRS = (("fovea", "no_correction"), ("fovea_text", "no_correction_text"))
 
 
 def correction_gain(summary: dict, methods: list[str]) -> list[dict]:

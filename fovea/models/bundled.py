@@ -32,8 +32,7 @@ ASSETS = Path(__file__).resolve().parents[2] / "assets"
 DEFAULT_TARGET_DIR = ASSETS / "target"
 DEFAULT_DRAFTER_DIR = ASSETS / "drafter"
 DEFAULT_ASSISTANT_DIR = ASSETS / "assistant"     # small LM for transformers' assisted generation (bench)
-# the cache-friendly pair: drafters whose own cache skips the image (DrafterConfig.context == "text")
-TEXT_CONTEXT_DRAFTER_DIRS = {"fovea_text": ASSETS / "drafter_text", "no_correction_text": ASSETS / "drafter_text_nocorr"}
+# every drafter context's pair of asset folders: fovea.methods.CONTEXTS
 
 
 @dataclass(frozen=True)
