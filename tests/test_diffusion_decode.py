@@ -11,7 +11,7 @@ from fovea.bench.diffusion import markdown, measure, replay_cvc, summarise
 from fovea.data import make_sample, tuning_seeds
 from fovea.diffusion import (CanvasConfig, DiffusionDecodeConfig, DiffusionVLM, GateConfig, LatchConfig,
                              ScheduleConfig, diffusion_generate, load_diffusion)
-from fovea.models.bundled import DEFAULT_TARGET_DIR, BundledModelConfig, build_model, load_tokenizer
+from fovea.models.bundled import DEFAULT_TARGET_DIR, BundledModelConfig, BundledTarget, build_model, load_tokenizer
 
 LENGTH, BLOCK = 24, 8
 BLOCKS = LENGTH // BLOCK
@@ -81,10 +81,24 @@ def test_the_full_schedule_commits_one_token_a_step_block_by_block(model, sample
 
 
 def test_cvc_and_bwec_that_never_fire_give_exactly_the_full_schedule(model, sample):
+    """Thresholds at 1 (a masked position's top-1 probability never reaches it) and more stable steps
+    than the canvas has steps (a fully committed span counts as settled, so tau_c = 1 alone may fire)."""
     full = decode(model, sample, config())
-    never = decode(model, sample, config(cvc=True, tau_c=1.0, stable_steps=1, bwec=True, tau_b=1.0))
+    never = decode(model, sample, config(cvc=True, tau_c=1.0, stable_steps=LENGTH + 1, bwec=True, tau_b=1.0))
     assert never.tokens == full.tokens and never.nfe == full.nfe and never.text == full.text
     assert {st.rule for st in never.steps} == {"schedule"}
+
+
+@pytest.mark.parametrize("task", ["chart/value", "scene/describe", "ocr/top"])
+def test_cvc_at_tau_one_fires_only_on_a_committed_span_that_the_full_schedule_keeps(model, task):
+    s = make_sample(tuning_seeds(1)[0], *task.split("/"))
+    full = diffusion_generate(model, s.image, s.question, config(), task=task, record=True)
+    cvc = diffusion_generate(model, s.image, s.question, config(cvc=True, tau_c=1.0, stable_steps=1), task=task,
+                             record=True)
+    if cvc.stopped_by == "cvc":
+        lo, hi = cvc.steps[-1].span
+        assert all(cvc.steps[-2].committed[lo:hi]) and cvc.tokens[lo:hi] == full.tokens[lo:hi]
+    assert cvc.nfe <= full.nfe
 
 
 def test_bwec_never_touches_the_final_block(model, sample):
@@ -108,7 +122,7 @@ def test_the_gate_and_threshold_unmasking_at_zero(model, sample):
     assert decode(model, sample, fast).nfe == BLOCKS                   # a whole block a step
 
 
-@pytest.mark.parametrize("tau_c,stable", [(0.0, 1), (0.0, 3), (1.0, 1)])
+@pytest.mark.parametrize("tau_c,stable", [(0.0, 1), (0.0, 3), (1.0, 1), (1.0, 2), (0.5, 2)])
 def test_replaying_cvc_on_a_full_trajectory_matches_a_real_decode(model, sample, tau_c, stable):
     full = decode(model, sample, config())
     real = decode(model, sample, config(cvc=True, tau_c=tau_c, stable_steps=stable))
@@ -117,10 +131,12 @@ def test_replaying_cvc_on_a_full_trajectory_matches_a_real_decode(model, sample,
 
 def test_the_bench_tabulates_every_method(model):
     samples = [make_sample(s, "chart", "value") for s in tuning_seeds(2)]
-    rows = measure(model, samples, ["full", "latch"])
-    summary = summarise(rows, ["full", "latch"])
+    methods = ["full", "latch", "autoregressive"]
+    rows = measure(model, samples, methods, target=BundledTarget(model.llava, model.tokenizer))
+    summary = summarise(rows, methods)
     assert summary["full"]["all"]["n"] == 2 and summary["full"]["all"]["nfe"] == LENGTH
     assert summary["latch"]["chart/value"]["speedup"] > 0
+    assert summary["autoregressive"]["all"]["nfe"] <= LENGTH and "speedup_vs_autoregressive" in summary["full"]["all"]
     assert "chart/value" in markdown(summary, {"n_per_task": 2, "model": "tiny", "command": "test"})
 
 
@@ -148,3 +164,38 @@ def test_a_bad_mask_token_is_refused():
     llava, tok = tiny_llava()
     with pytest.raises(ValueError, match="mask token"):
         DiffusionVLM(llava, tok, CanvasConfig(mask_token_id=7))
+
+
+class ScriptedDenoiser:
+    """A stand-in denoiser whose every step puts probability `p` on a fixed canvas (a sample's gold
+    answer): the schedule then commits the gold answer, and CVC's firing can be checked exactly."""
+
+    def __init__(self, model, gold: list[int], p: float):
+        self.canvas, self.tokenizer, self.token_text = model.canvas, model.tokenizer, model.token_text
+        self.eos_id, self.device = model.eos_id, torch.device("cpu")
+        vocab = len(model.tokenizer)
+        rest = (1 - p) / (vocab - 1)
+        self.logits = torch.full((len(gold), vocab), rest).scatter_(1, torch.tensor(gold)[:, None], p).log()
+
+    def prefill(self, image, question):
+        return None, 0, 0
+
+    def denoise(self, cache, last_id, start, canvas):
+        return self.logits.clone()
+
+
+def test_cvc_at_tau_one_stops_once_the_span_is_committed_and_keeps_the_full_answer(model):
+    from fovea.data.scoring import answer_correct
+    from fovea.diffusion import answer_canvas
+
+    s = make_sample(tuning_seeds(1)[0], "scene", "colour")
+    ids = model.tokenizer(" " + s.answer, add_special_tokens=False)["input_ids"]
+    scripted = ScriptedDenoiser(model, answer_canvas(ids, LENGTH, model.eos_id), p=0.6)
+    full = diffusion_generate(scripted, s.image, s.question, config(), task="scene/colour", record=True)
+    cvc = diffusion_generate(scripted, s.image, s.question, config(cvc=True, tau_c=1.0, stable_steps=2),
+                             task="scene/colour", record=True)
+    lo, hi = cvc.steps[-1].span
+    assert answer_correct(s, full.text) and answer_correct(s, cvc.text)
+    assert cvc.stopped_by == "cvc" and cvc.nfe < full.nfe
+    assert all(cvc.steps[-2].committed[lo:hi]) and not all(cvc.steps[-3].committed[lo:hi])
+    assert replay_cvc(full.steps, 1.0, 2) == (cvc.nfe, cvc.tokens)

@@ -4,7 +4,7 @@ threshold unmasking, LATCH, LATCH without BWEC) decodes the same held-out questi
 model in one process, interleaved question by question with the method order rotated, and each answer
 is scored by the target's scorer (fovea.data.scoring.answer_correct). Per task: accuracy, denoising
 steps (NFE), tokens/s (answer tokens before the EOS over wall time, prefill included) and both
-against the full schedule.
+against the full schedule; the shipped autoregressive target (greedy, the same timing) is a sixth row.
 
 `--tune` chooses LATCH's CVC thresholds on tuning seeds instead: without BWEC the decode is the full
 schedule's until CVC fires, so one recorded full-schedule trajectory per question replays every
@@ -27,6 +27,7 @@ from fovea.diffusion.config import METHODS, DiffusionDecodeConfig
 from fovea.diffusion.decode import diffusion_generate
 
 TASK_NAMES = tuple(f"{f}/{t}" for f, ts in TASKS.items() for t in ts)
+AUTOREGRESSIVE = "autoregressive"      # the shipped target, greedy: the reference the app also times
 TUNE_GRID = {"tau_c": (0.5, 0.7, 0.8, 0.9, 0.95, 0.99), "stable_steps": (1, 2, 3, 4)}
 
 
@@ -35,19 +36,37 @@ def questions(n_per_task: int, seeds=eval_seeds) -> list:
     return [make_sample(seed, *task.split("/")) for task in TASK_NAMES for seed in seeds(n_per_task)]
 
 
-def measure(model, samples, methods, record: bool = False) -> list[dict]:
-    """One row per (question, method): correct, NFE, seconds, answer tokens, the rule that stopped it."""
-    configs = {m: DiffusionDecodeConfig.from_name(m) for m in methods}
+def measure(model, samples, methods, record: bool = False, target=None) -> list[dict]:
+    """One row per (question, method): correct, NFE, seconds, answer tokens, the rule that stopped it.
+    The method AUTOREGRESSIVE decodes with `target` (a BundledTarget) instead of the diffusion model."""
+    configs = {m: DiffusionDecodeConfig.from_name(m) for m in methods if m != AUTOREGRESSIVE}
     rows = []
     for i, s in enumerate(samples):
         task = f"{s.family}/{s.task}"
         order = methods[i % len(methods):] + methods[: i % len(methods)]   # rotated: drift cancels
         for m in order:
-            r = diffusion_generate(model, s.image, s.question, configs[m], task=task, record=record)
-            rows.append({"task": task, "method": m, "correct": answer_correct(s, r.text), "nfe": r.nfe,
-                         "seconds": r.seconds, "answer_tokens": r.answer_tokens, "stopped_by": r.stopped_by,
-                         "output": r.text, **({"result": r} if record else {})})
+            if m == AUTOREGRESSIVE:
+                row = autoregressive_row(target, s, model.canvas.length)
+            else:
+                r = diffusion_generate(model, s.image, s.question, configs[m], task=task, record=record)
+                row = {"text": r.text, "nfe": r.nfe, "seconds": r.seconds, "answer_tokens": r.answer_tokens,
+                       "stopped_by": r.stopped_by, **({"result": r} if record else {})}
+            rows.append({"task": task, "method": m, "correct": answer_correct(s, row["text"]), **row})
     return rows
+
+
+@torch.no_grad()
+def autoregressive_row(target, sample, max_new_tokens: int) -> dict:
+    """The shipped target's greedy answer, timed the same way (prefill included): NFE = forward passes."""
+    start = time.perf_counter()
+    prompt = target.prepare(sample.image, sample.question)
+    out = target.model.generate(input_ids=prompt.input_ids, **prompt.model_inputs, do_sample=False,
+                                max_new_tokens=max_new_tokens, pad_token_id=target.tokenizer.pad_token_id)
+    new = out[0, prompt.input_ids.shape[1]:].tolist()
+    eos = target.tokenizer.eos_token_id
+    answer = new[: new.index(eos)] if eos in new else new
+    return {"text": target.tokenizer.decode(answer, skip_special_tokens=True).strip(), "nfe": len(new),
+            "seconds": time.perf_counter() - start, "answer_tokens": len(answer), "stopped_by": "eos"}
 
 
 def summarise(rows: list[dict], methods) -> dict:
@@ -68,6 +87,9 @@ def summarise(rows: list[dict], methods) -> dict:
                 cell["nfe_reduction"] = round(ref["nfe"] / cell["nfe"], 2)
                 cell["speedup"] = round(cell["tokens_per_s"] / max(ref["tokens_per_s"], 1e-9), 2)
                 cell["accuracy_delta"] = round(cell["accuracy"] - ref["accuracy"], 4)
+                if AUTOREGRESSIVE in out:
+                    ar = out[AUTOREGRESSIVE][task]["tokens_per_s"]
+                    cell["speedup_vs_autoregressive"] = round(cell["tokens_per_s"] / max(ar, 1e-9), 2)
     return out
 
 
@@ -83,15 +105,19 @@ def accuracy(model, n_per_task: int, method: str = "full") -> dict:
 
 def replay_cvc(steps, tau_c: float, stable_steps: int) -> tuple[int, tuple[int, ...]]:
     """(NFE, final canvas) had CVC with these settings stopped a recorded full-schedule decode: the first
-    step whose candidate span held `stable_steps` steps at minimum confidence >= tau_c, its prediction
-    filling the rest; the full schedule's own end when it never fires."""
-    held, last = 0, None
+    step whose candidate span held `stable_steps` steps at minimum settled confidence >= tau_c (positions
+    committed before that step count 1.0, as in fovea.diffusion.decode.settled), its prediction filling
+    the rest; the full schedule's own end when it never fires."""
+    held, last, before = 0, None, (False,) * len(steps[0].prediction)
     for st in steps:
         key = None if st.span is None else (*st.span, st.prediction[st.span[0]:st.span[1]])
         held = held + 1 if key is not None and key == last else int(key is not None)
         last = key
-        if key is not None and held >= stable_steps and min(st.confidence[st.span[0]:st.span[1]]) >= tau_c:
+        if key is not None and held >= stable_steps and min(
+                1.0 if done else c for c, done in zip(st.confidence[st.span[0]:st.span[1]],
+                                                      before[st.span[0]:st.span[1]])) >= tau_c:
             return st.step + 1, st.prediction
+        before = st.committed
     return len(steps), steps[-1].prediction
 
 
@@ -123,23 +149,26 @@ def tune(model, n_per_task: int) -> dict:
 
 def markdown(summary: dict, meta: dict) -> str:
     lines = [f"# Diffusion decoding, {meta['n_per_task']} held-out questions per task ({meta['model']})", "",
-             "accuracy / mean NFE / tokens/s (x full schedule)", "",
+             "accuracy / mean NFE / tokens/s (x the full schedule's, x the autoregressive target's)", "",
              "| task | " + " | ".join(summary) + " |", "|---|" + "---|" * len(summary)]
     for task in (*TASK_NAMES, "all"):
         cells = [summary[m].get(task) for m in summary]
         lines.append(f"| {task} | " + " | ".join(
-            f"{c['accuracy']:.0%} / {c['nfe']:.0f} / {c['tokens_per_s']:.0f} ({c.get('speedup', 1):.2f}x)" if c else "-"
+            f"{c['accuracy']:.0%} / {c['nfe']:.0f} / {c['tokens_per_s']:.0f} ({c.get('speedup', 1):.2f}x"
+            + (f", {c['speedup_vs_autoregressive']:.2f}x AR)" if "speedup_vs_autoregressive" in c else ")") if c else "-"
             for c in cells) + " |")
     return "\n".join(lines + ["", f"`{meta['command']}`", ""])
 
 
 def main(argv=None) -> None:
     from fovea.diffusion.model import DEFAULT_DIFFUSION_DIR, load_diffusion
+    from fovea.models.bundled import DEFAULT_TARGET_DIR, load_target
 
     p = argparse.ArgumentParser(prog="python -m fovea.bench --diffusion", description=__doc__)
     p.add_argument("--model", type=Path, default=DEFAULT_DIFFUSION_DIR, help="an exported diffusion model folder")
     p.add_argument("--n", type=int, default=50, help="held-out questions per task")
-    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    p.add_argument("--methods", nargs="+", default=[*METHODS, AUTOREGRESSIVE], choices=[*METHODS, AUTOREGRESSIVE])
+    p.add_argument("--target", type=Path, default=DEFAULT_TARGET_DIR, help="the autoregressive target timed beside")
     p.add_argument("--tune", action="store_true", help="choose LATCH's CVC thresholds on tuning seeds instead")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--out", type=Path, default=Path("assets/results/diffusion_bench"))
@@ -148,6 +177,7 @@ def main(argv=None) -> None:
         p.error("--n and --threads must be at least 1")
     try:
         model = load_diffusion(args.model)
+        target = load_target(args.target) if AUTOREGRESSIVE in args.methods and not args.tune else None
     except FileNotFoundError as e:
         raise SystemExit(str(e))
     torch.set_num_threads(args.threads)
@@ -159,7 +189,7 @@ def main(argv=None) -> None:
         (args.out / "tune.json").write_text(json.dumps(result, indent=2))
         print(json.dumps({"chosen": result["chosen"], "full_nfe": result["full_nfe"]}, indent=2))
         return
-    rows = measure(model, questions(args.n), args.methods)
+    rows = measure(model, questions(args.n), args.methods, target=target)
     summary = summarise(rows, args.methods)
     (args.out / "results.json").write_text(json.dumps({**meta, "summary": summary}, indent=2))
     (args.out / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -67,18 +67,25 @@ def read_prediction(logits: torch.Tensor, state: CanvasState) -> tuple[torch.Ten
             torch.where(state.committed, state.confidence, top))
 
 
+def settled(state: CanvasState, conf: torch.Tensor) -> torch.Tensor:
+    """[L] the stop rules' view of confidence: a committed token is never remasked, so it is final
+    (1.0) whatever its probability was; a masked position counts with this step's top-1 probability."""
+    return conf.masked_fill(state.committed, 1.0)
+
+
 def cvc_fires(state: CanvasState, span, pred_list: list[int], conf: torch.Tensor, cfg) -> bool:
-    """CVC: the span's minimum confidence is >= tau_c and its place and tokens held `stable_steps` steps
-    (this one included). Updates the state's hold counter."""
+    """CVC: the span's minimum settled confidence is >= tau_c and its place and tokens held `stable_steps`
+    steps (this one included). Updates the state's hold counter."""
     key = None if span is None else (*span, tuple(pred_list[span[0]:span[1]]))
     state.held = state.held + 1 if key is not None and key == state.last_span else int(key is not None)
     state.last_span = key
-    return key is not None and state.held >= cfg.stable_steps and float(conf[span[0]:span[1]].min()) >= cfg.tau_c
+    return (key is not None and state.held >= cfg.stable_steps
+            and float(settled(state, conf)[span[0]:span[1]].min()) >= cfg.tau_c)
 
 
-def gate_fires(conf: torch.Tensor, threshold: float | None) -> bool:
-    """The fixed-region gate: the mean confidence over the whole canvas reaches the threshold."""
-    return threshold is not None and float(conf.mean()) >= threshold
+def gate_fires(state: CanvasState, conf: torch.Tensor, threshold: float | None) -> bool:
+    """The fixed-region gate: the mean settled confidence over the whole canvas reaches the threshold."""
+    return threshold is not None and float(settled(state, conf).mean()) >= threshold
 
 
 def bwec_fires(state: CanvasState, conf: torch.Tensor, lo: int, hi: int, final: bool, tau_b: float) -> bool:
@@ -121,7 +128,7 @@ def step_rule(state, pred, conf, span, pred_list, cfg: DiffusionDecodeConfig, le
     if cfg.latch.cvc and cvc_fires(state, span, pred_list, conf, cfg.latch):
         commit(state, pred, conf, ~state.committed)
         return "cvc"
-    if gate_fires(conf, cfg.gate.threshold):
+    if gate_fires(state, conf, cfg.gate.threshold):
         commit(state, pred, conf, ~state.committed)
         return "gate"
     if cfg.latch.bwec and bwec_fires(state, conf, lo, hi, final, cfg.latch.tau_b):
