@@ -42,8 +42,9 @@ class GateConfig:
 
 @dataclass(frozen=True)
 class LatchConfig:
-    """CVC: stop when the candidate span's minimum confidence is >= tau_c and the span (its place and its
-    argmax tokens) has held for `stable_steps` consecutive steps; then fill the rest with the argmax.
+    """CVC: stop when the candidate span's minimum confidence is >= tau_c (a committed token counts 1.0:
+    it is never remasked) and the span (its place and its argmax tokens) has held for `stable_steps`
+    consecutive steps; then fill the rest with the argmax.
     BWEC: commit the current block with its argmax when every still-masked position in it has
     confidence >= tau_b, never for the final block (which stays under CVC)."""
 
