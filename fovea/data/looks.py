@@ -57,7 +57,7 @@ CHART_FACTORS = {  # index 0 of each is the base look's value
     "face": FACES,
 }
 SCENE_FACTORS = {
-    "radius": (None, (9, 15), (20, 30)),
+    "radius": (None, (7, 10), (27, 30)),  # never 11-12 or 25-26: the shifted split's unseen radii
     "placement": ("jitter", "centred", "inward"),
     "frame": ("none", "border", "cells"),
     "panel": ("flat", "inset"),

@@ -161,8 +161,8 @@ def _luma(rgb: tuple[int, int, int]) -> float:
 # Training draws from many values around the shifted split's, never those values themselves: font
 # sizes on both sides of 27 and 34 px, backgrounds and papers of many tints and hues, each at least
 # MIN_STYLE_DISTANCE from a shifted colour. So the shifted split measures generalisation to unseen
-# values inside the training range (fonts, colours) and outside it (aspect ratios; shape radii 11-26
-# lie outside the base look's 13-24, though inside the 9-30 that training's widened scene looks span).
+# values inside the training range (fonts, colours) and outside it (aspect ratios; shape radii 11-12
+# and 25-26, which no training radius hits: the base look's 13-24 and the widened looks' 7-10 and 27-30).
 # The "layout" split renders in the training style: what it holds out is looks (fovea.data.looks).
 STYLES = {
     "train": Style(
