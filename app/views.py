@@ -26,7 +26,7 @@ RUN_OUTPUTS = ("answer", "baseline", "metrics", "heatmap", "caption", "tree", "s
                "compare_plot", "ood", "race", "vision", "session")
 FOCUS_OUTPUTS = ("heatmap", "caption", "tree")
 RACE_NOTE = ("The methods run one after another on the same decode thread (never at once, so none slows "
-             "another); each lane's bar is its own measured wall time.")
+             "another); while they stream, each bar is the live pass's own time.")
 
 
 def pack(**values) -> tuple:
@@ -79,7 +79,7 @@ def final_outputs(s: Session, sampling: bool = False) -> tuple:
     n = len(s.trajectory)
     steps = [r.ms for r in s.baseline.iterations]
     ar_ms = sum(steps) / len(steps) if steps else None
-    lanes = [lane(LANE_NAMES[m], s.runs[m].iterations, s.strings(s.runs[m].tokens), s.runs[m].wall_s * 1e3, True)
+    lanes = [lane(LANE_NAMES[m], s.runs[m].iterations, s.strings(s.runs[m].tokens), _lane_ms(s, m), True)
              for m in (FOVEA, NO_CORRECTION, AUTOREGRESSIVE) if m in s.runs]
     return pack(
         answer=render.answer_html(s.fovea.iterations, s.strings(s.fovea.tokens), flip_marks(s.fovea.iterations), s.text),
@@ -96,10 +96,16 @@ def final_outputs(s: Session, sampling: bool = False) -> tuple:
         **dict(zip(FOCUS_OUTPUTS, focus_view(s, 0))))
 
 
+def _lane_ms(s: Session, method: str) -> float:
+    """A finished lane's bar: the method's median timed wall time (the table's), else its live pass's."""
+    tps = s.timings.median_tokens_per_s(method)
+    return len(s.runs[method].tokens) / tps * 1e3 if tps else s.runs[method].wall_s * 1e3
+
+
 def _timing_note(s: Session) -> str:
     n = len(s.timings.repeats)
-    return (f" Lanes show the live pass; the speedup is the median of {n} interleaved runs timed after it."
-            if n > 1 else " The speedup is one timed run after the live pass.")
+    return (f" Once all have run, each bar is the median wall time of the {n} interleaved timed run(s), the same "
+            "runs as the headline and the table." if n else " No timed runs: the bars are the live pass's times.")
 
 
 def summary(s: Session) -> dict:

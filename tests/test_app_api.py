@@ -60,6 +60,10 @@ def test_full_run_streams_rounds_then_reports_speedup(client):
     assert head == {"fovea": f'{timing["speedup"]["fovea"]["median"]:.2f}',
                     "no_correction": f'{timing["speedup"]["no_correction"]["median"]:.2f}'}
     assert summary["twin_speedup"] == pytest.approx(timing["speedup"]["no_correction"]["median"], abs=5.01e-4)
+    # the race's bars: the same timed runs' median wall times (FOVEA, twin, target alone)
+    lane_ms = [int(ms) for ms in re.findall(r'fv-lane-time">(\d+) ms', final[OUT["race"]])]
+    table_ms = [summary[m]["wall_s"] * 1e3 for m in ("fovea", "no_correction", "autoregressive")]
+    assert lane_ms == pytest.approx(table_ms, abs=1)
     # while the repeats are timed, the progress says which, and both answers are whole
     timed = [i for i, o in enumerate(outputs) if "timing run" in str(o[OUT["metrics"]])]
     assert [re.search(r"timing run (\d) of up to 2", outputs[i][OUT["metrics"]]).group(1) for i in timed] == ["1", "2"]

@@ -9,7 +9,7 @@ from fovea.bench import PRESETS, SWEEP_DRAFTERS, TREE_SHAPES, main, shape_name
 from fovea.data import FAMILIES
 
 METRICS = {"n", "speedup_ratio_of_medians", "speedup_median_per_question", "tau_with_bonus", "tau_without_bonus",
-           "tokens_per_s", "draft_ms", "verify_ms", "commit_ms", "lossless"}
+           "tokens_per_s", "draft_ms", "verify_ms", "commit_ms", "lossless", "acceptance_by_position"}
 
 
 def test_quick_preset_writes_results_with_the_expected_schema(tmp_path):
