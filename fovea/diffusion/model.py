@@ -59,6 +59,10 @@ class DiffusionVLM(nn.Module):
         for module in (llava.model.vision_tower, llava.model.multi_modal_projector):
             module.requires_grad_(False)        # frozen: the visual tokens stay the target's
 
+    @property
+    def device(self) -> torch.device:
+        return self.llava.lm_head.weight.device
+
     # ---- inputs ---------------------------------------------------------------------------------
     def prompt_ids(self, question: str) -> list[int]:
         n_image, order = prompt_format(self.llava.config)
@@ -102,10 +106,10 @@ class DiffusionVLM(nn.Module):
         """(the prefix's KV cache without its last token, that last token id, its sequence position)."""
         from transformers import DynamicCache
 
-        ids = torch.tensor([self.prompt_ids(question)])
-        emb = self.embed(ids[:, :-1], self.image_features(self.pixels(image)))
+        ids = torch.tensor([self.prompt_ids(question)], device=self.device)
+        emb = self.embed(ids[:, :-1], self.image_features(self.pixels(image).to(self.device)))
         cache = DynamicCache(config=self.llava.config.text_config)
-        positions = torch.arange(ids.shape[1] - 1)[None]
+        positions = torch.arange(ids.shape[1] - 1, device=self.device)[None]
         self.llava.model.language_model(inputs_embeds=emb, position_ids=positions, cache=cache,
                                         use_cache=True)
         return cache, int(ids[0, -1]), ids.shape[1] - 1
@@ -115,8 +119,8 @@ class DiffusionVLM(nn.Module):
         """Logits [L, V] of one denoising step over the canvas [L] (the cache is left as it was)."""
         active = torch.cat([canvas.new_tensor([last_id]), canvas])[None]           # [1, L + 1]
         emb = self.embed(active, None)
-        positions = torch.arange(start, start + active.shape[1])[None]
-        mask = torch.zeros(1, 1, active.shape[1], start + active.shape[1], dtype=emb.dtype)
+        positions = torch.arange(start, start + active.shape[1], device=self.device)[None]
+        mask = emb.new_zeros(1, 1, active.shape[1], start + active.shape[1])       # every key: bidirectional
         out = self.llava.model.language_model(inputs_embeds=emb, attention_mask=mask, position_ids=positions,
                                               cache=cache, use_cache=True)
         cache.crop(-active.shape[1])                                               # drop the active segment
@@ -139,12 +143,12 @@ def attention_mask(real: torch.Tensor, active_from: int, dtype) -> torch.Tensor:
     before `active_from` are causal (the cacheable prefix), rows from it on see every real key.
     A pad row sees only itself, so no row is empty."""
     t = real.shape[1]
-    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    causal = torch.ones(t, t, dtype=torch.bool, device=real.device).tril()
     causal[active_from:] = True                                                   # the active segment
     allowed = causal[None] & real[:, None, :]
-    allowed |= torch.eye(t, dtype=torch.bool)[None]
-    blocked = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
-    return blocked[:, None]
+    allowed |= torch.eye(t, dtype=torch.bool, device=real.device)[None]
+    blocked = torch.zeros(allowed.shape, dtype=dtype, device=real.device)
+    return blocked.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
 
 
 def from_target(folder: str | os.PathLike, canvas: CanvasConfig = CanvasConfig()) -> DiffusionVLM:
