@@ -107,3 +107,19 @@ def test_layer_use_sees_an_identity_layer_as_zero_and_keeps_strided_subnetworks(
     sub = subnetwork(student, [0, 2])
     assert len(sub.model.language_model.layers) == 2 == sub.config.text_config.num_hidden_layers
     assert sub.model.language_model.layers[1].self_attn.layer_idx == 1
+
+
+def test_an_exported_student_continues_with_init_from(teacher_and_tokenizer, tmp_path):
+    from fovea.training.deep import load_student
+    from fovea.training.target import export
+
+    teacher, tok = teacher_and_tokenizer
+    cfg = DeepTargetConfig(layers=2 * teacher.config.text_config.num_hidden_layers, intermediate_size=32)
+    student = build_student(teacher, cfg)
+    export(student, tok, tmp_path / "v3", cfg, step=123)
+    fresh = build_student(teacher, dataclasses.replace(cfg, seed=1))
+    assert load_student(fresh, tmp_path / "v3") == 123
+    for (name, a), b in zip(student.state_dict().items(), fresh.state_dict().values()):
+        assert torch.allclose(a, b, atol=1e-3), name                   # fp16 on disk
+    with pytest.raises(SystemExit, match="layers"):
+        load_student(build_student(teacher, dataclasses.replace(cfg, intermediate_size=16)), tmp_path / "v3")

@@ -207,6 +207,29 @@ def load_teacher(folder: Path):
     return teacher, aux.eval()
 
 
+def load_student(student, folder: Path) -> int:
+    """Load an exported student's weights into `student` (same depth and widths); returns the step it
+    was exported at."""
+    import json
+
+    config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").exists() else None
+    if config is None or not (folder / "model.safetensors").exists():
+        raise SystemExit(f"--init-from {folder}: no exported model there (config.json + model.safetensors)")
+    text = config["text_config"]
+    want = student.config.text_config
+    if (text["num_hidden_layers"], text["intermediate_size"]) != (want.num_hidden_layers, want.intermediate_size):
+        raise SystemExit(f"--init-from {folder} has {text['num_hidden_layers']} layers of MLP width "
+                         f"{text['intermediate_size']}; this run builds {want.num_hidden_layers} x "
+                         f"{want.intermediate_size}: pass the same --layers and --intermediate-size")
+    from transformers import LlavaForConditionalGeneration
+
+    # from_pretrained maps the checkpoint's saved key layout onto the module's
+    exported = LlavaForConditionalGeneration.from_pretrained(str(folder), dtype=torch.float32)
+    student.load_state_dict(exported.state_dict())
+    train = folder / "train_config.json"
+    return int(json.loads(train.read_text()).get("steps", 0)) if train.exists() else 0
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m fovea.train deep", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -224,6 +247,8 @@ def parse_args(argv=None):
     p.add_argument("--save-every", type=int, default=50)
     p.add_argument("--focus-tasks", nargs="+", default=[], metavar="FAMILY/TASK")
     p.add_argument("--focus-share", type=float, default=0.5)
+    p.add_argument("--init-from", type=Path, help="continue an exported student (e.g. candidates/target_v3) when "
+                   "--run-dir holds no checkpoint; the optimiser state starts fresh with a new warm-up")
     add_config_args(p, DeepTargetConfig)
     args = p.parse_args(argv)
     if args.init not in INITS:
@@ -258,6 +283,9 @@ def main(argv=None) -> None:
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     ckpt = Checkpointer(run)
     step, extra = ckpt.load({"model": student, "opt": opt})
+    warm_start = extra.get("warm_start", 0)
+    if step == 0 and args.init_from:
+        step = warm_start = load_student(student, args.init_from)
     student.to(device), teacher.to(device), aux.to(device)
     hooks = (LayerOutputs(student), LayerOutputs(teacher))
     # the shipped target's batches and drills (the same generator, weights and packing)
@@ -275,7 +303,7 @@ def main(argv=None) -> None:
     if step == 0:
         append_jsonl(run / "curves.jsonl", {"step": 0, "minutes": 0.0, **probe(student, aux, tokenizer)})
     while step < cfg.total_steps and timer.minutes() < args.minutes and not stop:
-        lr = lr_wsd(step, cfg)
+        lr = lr_wsd(step, cfg, warm_start)
         for g in opt.param_groups:
             g["lr"] = lr
         batch = to_device(training_batch(step, recipe, tokenizer, student, focus, args.focus_share), device)
@@ -297,7 +325,7 @@ def main(argv=None) -> None:
         append_jsonl(run / "log.jsonl", {"step": step, **{k: round(v.item(), 4) for k, v in losses.items()},
                                          "lr": lr, "minutes": round(timer.minutes(), 2)})
         if step % args.save_every == 0:
-            ckpt.save(step, {"model": student, "opt": opt})
+            ckpt.save(step, {"model": student, "opt": opt}, {"warm_start": warm_start})
         if step % args.probe_every == 0:
             append_jsonl(run / "curves.jsonl", {"step": step, "minutes": round(timer.minutes(), 2),
                                                 **probe(student, aux, tokenizer)})
@@ -305,7 +333,7 @@ def main(argv=None) -> None:
             acc = evaluate(student, tokenizer, n_per_task=args.eval_n)
             append_jsonl(run / "eval.jsonl", {"step": step, **acc, "sum": round(sum(acc.values()), 3)})
             tqdm.write(f"step {step}: sum {sum(acc.values()):.2f} {acc}")
-    ckpt.save(step, {"model": student, "opt": opt})
+    ckpt.save(step, {"model": student, "opt": opt}, {"warm_start": warm_start})
     hooks[0].remove(), hooks[1].remove()
     export(student.cpu().float(), tokenizer, args.out, cfg, step, run_dir=run)
     if (args.teacher / "aux_heads.safetensors").exists():   # the frozen vision tower's heads travel with it
