@@ -72,7 +72,7 @@ class WorldCheck:
         if self.in_world:
             return ""
         return (f"This image does not look like the bundled model's synthetic world: a dozen flat colours "
-                f"cover {self.coverage:.0%} of it (generated scenes, text and charts: 96% or more). The bundled "
+                f"cover {self.coverage:.0%} of it (generated scenes, text and charts: 95% or more). The bundled "
                 "model was trained only on that world, so its answer is a guess; the decoding itself is still "
                 "shown faithfully. For photos, start the app with a real backbone: "
                 "python app.py --target <LLaVA-NeXT or Qwen2.5-VL folder> --drafter <drafter trained for it>.")

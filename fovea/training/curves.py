@@ -1,5 +1,5 @@
 """`python -m fovea.training.curves RUN_DIR [RUN_DIR ...] [--out PNG]`: the training curves of a
-target run as one PNG (drawn with Pillow, no plotting dependency): the loss, the held-out
+target run (`python -m fovea.train target` or `deep`) as one PNG (drawn with Pillow, no plotting dependency): the loss, the held-out
 teacher-forced mention-token accuracy per task family, the per-patch probe accuracy per label kind
 and, when the run supervised attention, the grounding mass per decoder layer, against the step.
 
@@ -38,8 +38,11 @@ def series(runs: Path | list[Path]) -> list[tuple[str, dict[str, list[tuple[floa
     runs = [runs] if isinstance(runs, Path) else list(runs)
     log, curves = joined(runs, "log.jsonl"), joined(runs, "curves.jsonl")
     every = max(1, len(log) // 300)
-    loss = {"lm (weighted)": [(r["step"], r["lm"]) for r in log[::every] if "lm" in r],  # none in a vision phase
-            "aux": [(r["step"], r["aux"]) for r in log[::every]]}
+    loss = {"lm (weighted)": [(r["step"], r["lm"]) for r in log[::every] if "lm" in r]}  # none in a vision phase
+    # the target's aux term; a deep (distilled) run's KL to the teacher and per-group hidden distance
+    for key, name in (("aux", "aux"), ("kd", "kd (KL to teacher)"), ("hidden", "hidden (per group)")):
+        if any(key in r for r in log):
+            loss[name] = [(r["step"], r[key]) for r in log[::every] if key in r]
     grounded = [r for r in log[::every] if "ground" in r]
     if grounded:
         loss["grounding"] = [(r["step"], r["ground"]) for r in grounded]
