@@ -46,7 +46,7 @@ class KVStore:
         prefix, across every layer in one gather and one write."""
         length = self.lengths[0]
         prefix, k = length - n_appended, int(keep.numel())
-        if not (k <= n_appended and bool((keep == torch.arange(k)).all())):
+        if not _in_place(keep, n_appended):
             idx = (keep + prefix).to(self.kv.device)
             self.kv[:, :, :, :, prefix:prefix + k] = self.kv.index_select(4, idx)
         self.lengths = [prefix + k] * self.num_layers
@@ -115,7 +115,7 @@ def compact_tail(cache, n_appended: int, keep: torch.Tensor) -> None:
         cache.keep_tail(n_appended, keep)
         return
     k = int(keep.numel())
-    identity = k <= n_appended and bool((keep == torch.arange(k)).all())
+    identity = _in_place(keep, n_appended)
     for layer in cache.layers:
         prefix = layer.keys.shape[2] - n_appended
         if not identity:
@@ -125,3 +125,9 @@ def compact_tail(cache, n_appended: int, keep: torch.Tensor) -> None:
         if k < n_appended:
             layer.keys = layer.keys[:, :, :prefix + k]
             layer.values = layer.values[:, :, :prefix + k]
+
+
+def _in_place(keep: torch.Tensor, n_appended: int) -> bool:
+    """Whether the kept rows are already the first len(keep) appended ones (nothing moves)."""
+    k = int(keep.numel())
+    return k <= n_appended and bool((keep == torch.arange(k)).all())

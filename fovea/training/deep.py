@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from fovea.models.bundled import DEFAULT_TARGET_DIR, load_tokenizer
+from fovea.models.bundled import DEFAULT_TARGET_DIR, load_tokenizer, save_config_json
 from fovea.training.common import (AUTOCAST_CHOICES, Checkpointer, Timer, add_config_args, append_jsonl,
                                    bf16_autocast, config_from_args)
 from fovea.training.target import (AuxHeads, TargetTrainConfig, drill_batch, evaluate, export, lr_wsd, parse_focus,
@@ -291,8 +291,7 @@ def main(argv=None) -> None:
     # the shipped target's batches and drills (the same generator, weights and packing)
     recipe = TargetTrainConfig(batch_size=cfg.batch_size, turns=cfg.turns, mention_weight=cfg.mention_weight,
                                stress_weight=cfg.stress_weight, drill_rows=cfg.drill_rows)
-    (run / "train_config.json").write_text(__import__("json").dumps(
-        {**asdict(cfg), "teacher": str(args.teacher)}, indent=2, sort_keys=True))
+    save_config_json(run, "train_config.json", {**asdict(cfg), "teacher": str(args.teacher)})
     append_jsonl(run / "launches.jsonl", {"step": step, "argv": list(sys.argv[1:] if argv is None else argv)})
     autocast, bf16 = bf16_autocast(device, args.autocast)
     n_train = sum(p.numel() for p in params)
