@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from app.session import AUTOREGRESSIVE, FOVEA, NO_CORRECTION
 from app.settings import DEFAULT_CONTEXT, DEFAULT_REPEATS, context_defaults
 from app.timing import TIMING_BUDGET_S
 from fovea.methods import CONTEXTS
@@ -87,11 +88,11 @@ def measure(n: int, example: int) -> dict:
             first_rep = timing["tokens_per_s"][0]
             requests.append({"request": i + 1, "client_s": round(time.perf_counter() - t0, 3),
                              "speedup_median": summary["speedup"],
-                             "speedup_range": [timing["speedup"]["fovea"]["min"], timing["speedup"]["fovea"]["max"]],
-                             "no_correction_median": timing["speedup"].get("no_correction", {}).get("median"),
-                             "first_repeat_speedup": round(first_rep["fovea"] / first_rep["autoregressive"], 4),
-                             "repeats": timing["repeats"], "tokens": summary["fovea"]["tokens"],
-                             "mean_tau": summary["fovea"]["mean_tau"], "answer": summary["answer"]})
+                             "speedup_range": [timing["speedup"][FOVEA]["min"], timing["speedup"][FOVEA]["max"]],
+                             "no_correction_median": timing["speedup"].get(NO_CORRECTION, {}).get("median"),
+                             "first_repeat_speedup": round(first_rep[FOVEA] / first_rep[AUTOREGRESSIVE], 4),
+                             "repeats": timing["repeats"], "tokens": summary[FOVEA]["tokens"],
+                             "mean_tau": summary[FOVEA]["mean_tau"], "answer": summary["answer"]})
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -114,7 +115,7 @@ def _bench_same_input(pick: dict, repeats: int) -> dict:
     image = Image.open(ROOT / "assets" / "examples" / pick["image"])
     sample = SimpleNamespace(image=image, question=pick["question"], family=pick["family"], task=pick["task"])
     fovea, twin = BENCH_METHODS
-    methods = [fovea, twin, "autoregressive"]
+    methods = [fovea, twin, AUTOREGRESSIVE]
     rows = run_speed(pipe, [sample] * repeats, methods, context_defaults(DEFAULT_CONTEXT))
     row = summarise(rows, methods)["all"]
     return {"command": "fovea.bench.runner.run_speed on this input", "methods": methods, "repeats": repeats,

@@ -18,11 +18,13 @@ from app.focus import FocusStep, focus_trajectory
 from app.timing import Timings
 from fovea.config import FoveaConfig
 from fovea.locality import focus_locality, trace_links
+from fovea.methods import ROLES
 from fovea.ood import WorldCheck, check_world
 from fovea.trace import GenerationResult
 from fovea.trace_io import TraceFile, display_image, token_ids
 
-FOVEA, NO_CORRECTION, AUTOREGRESSIVE = "fovea", "no_correction", "autoregressive"
+# the lanes of a race, and the runs of a session and of its trace file: fovea.methods.ROLES
+FOVEA, NO_CORRECTION, AUTOREGRESSIVE = ROLES
 LANE_NAMES = {AUTOREGRESSIVE: "autoregressive (target alone)", NO_CORRECTION: "no correction (EAGLE-style)",
               FOVEA: "FOVEA (gated visual correction)"}
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-BASELINE = "autoregressive"
+from fovea.methods import AUTOREGRESSIVE
+
+BASELINE = AUTOREGRESSIVE.name      # the lane every speedup is a ratio against
 # Timed repeats stop early once this much time has gone into them (after MIN_REPEATS). A 25-token
 # answer decodes in ~0.1 s, where one paired ratio swings 0.75-1.3x on 2 cores; the median of 7 held
 # 10 requests of the same input within max/min ~1.2 (assets/results/app_timing.json). Long answers

@@ -17,6 +17,7 @@ import torch
 
 from fovea.candidates import DraftSession, Strategy, TreeDrafter
 from fovea.config import FoveaConfig
+from fovea.methods import AUTOREGRESSIVE, FOVEA
 from fovea.profile import NO_CLOCK, Clock
 from fovea.target import Prompt, TargetState
 from fovea.trace import Accumulator, GenerationResult, IterationTrace, PrefillTrace, StepTrace
@@ -148,7 +149,7 @@ def generate(target, strategy: Strategy | None, prompt: Prompt, cfg: FoveaConfig
 
 def run(target, strategy: Strategy | None, prompt: Prompt, cfg: FoveaConfig, clock: Clock = NO_CLOCK) -> GenerationResult:
     """Fold `generate` into an Accumulator and return its GenerationResult."""
-    acc = Accumulator("autoregressive" if strategy is None else strategy.name, getattr(target, "memory_grid", None))
+    acc = Accumulator(AUTOREGRESSIVE.name if strategy is None else strategy.name, getattr(target, "memory_grid", None))
     for record in generate(target, strategy, prompt, cfg, clock):
         acc.add(record)
     return acc.result(target.tokenizer.decode(acc.tokens, skip_special_tokens=True))
@@ -156,4 +157,4 @@ def run(target, strategy: Strategy | None, prompt: Prompt, cfg: FoveaConfig, clo
 
 def fovea(drafter) -> TreeDrafter:
     """The FOVEA strategy over a drafter (the request's config decides correction, tree, retrieval)."""
-    return TreeDrafter("fovea", drafter)
+    return TreeDrafter(FOVEA.name, drafter)

@@ -67,6 +67,7 @@ METHODS = {m.name: m for m in [
     Method("hf_assisted", kind="hf_assisted"),
 ]}
 AUTOREGRESSIVE = METHODS["autoregressive"]
+FOVEA = METHODS["fovea"]          # the paper's method on the full-context drafter: the library's default
 # the methods whose drafts come from a trained model (the ranking the README reports)
 TRAINED_DRAFTERS = [m.name for m in METHODS.values() if m.kind in ("fovea", "assisted", "hf_assisted")]
 
@@ -90,6 +91,11 @@ class DrafterContext:
         return METHODS[self.best], METHODS[self.twin]
 
     @property
+    def drafter_folders(self) -> dict[str, str]:
+        """{pipeline drafter name: its folder under assets/} of the pair, FOVEA first."""
+        return dict(zip((self.fovea, self.twin), self.folders))
+
+    @property
     def correction(self) -> dict:
         """The correction overrides of the best FOVEA method (empty: the paper's defaults)."""
         return METHODS[self.best].overrides.get("correction", {})
@@ -106,3 +112,8 @@ CONTEXTS = {c.name: c for c in [
 ]}
 # FOVEA and its "- correction" ablation with the same drafter context, trained on the same batches
 CORRECTION_PAIRS = tuple((c.fovea, c.twin) for c in CONTEXTS.values())
+FULL = CONTEXTS["full"]      # the bundled default pair: `FoveaPipeline.from_pretrained()` loads it first
+# The roles of a race, whatever drafter context ran it: FOVEA, its no-correction twin, the target alone.
+# A race's runs (the app's lanes, a trace file's "runs") and a pair's training run (its checkpoints and
+# metrics) are keyed by them; they are the full context's method names.
+ROLES = (FULL.fovea, FULL.twin, AUTOREGRESSIVE.name)

@@ -20,7 +20,7 @@ from fovea.config import CorrectionConfig, FoveaConfig
 from fovea.candidates import AssistantLM, PromptLookup, TreeDrafter
 from fovea.decoding import generate, run
 from fovea.drafter import Drafter, drafter_config_for
-from fovea.methods import CONTEXTS, METHODS, Method
+from fovea.methods import CONTEXTS, FOVEA, FULL, Method
 from fovea.models import bundled
 from fovea.ood import unknown_word_share
 from fovea.trace import Accumulator, GenerationResult
@@ -103,28 +103,27 @@ class FoveaPipeline:
     def from_pretrained(cls, target=None, drafter=None, baseline_drafter=None) -> "FoveaPipeline":
         """A target (bundled, LLaVA-1.5, LLaVA-NeXT or Qwen2.5-VL folder or Hub id, see
         `fovea.backbones.load_backbone`) and drafter(s); None = the committed bundled assets.
-        `baseline_drafter` (default assets/drafter_nocorr with the committed default target) is the
-        no-correction drafter."""
+        `baseline_drafter` is the no-correction twin (default: the full context's, `fovea.methods.FULL`,
+        with the committed default target); that target also loads every other context's pair that is built."""
         from fovea.backbones import load_backbone
 
         target_ref = target or os.environ.get("FOVEA_TARGET")
         if target_ref:
             check_target_reference(target_ref)
         tgt = load_backbone(target_ref) if target_ref else bundled.load_target(bundled.DEFAULT_TARGET_DIR)
-        full = CONTEXTS["full"]
-        drafters = {full.fovea: Drafter.from_pretrained(drafter or os.environ.get("FOVEA_DRAFTER")
-                                                        or bundled.ASSETS / full.folders[0])}
+        drafters = {FULL.fovea: Drafter.from_pretrained(drafter or os.environ.get("FOVEA_DRAFTER")
+                                                        or bundled.ASSETS / FULL.folders[0])}
         # the committed baseline and text-context drafters belong to the committed default target only
         default_target = isinstance(tgt, bundled.BundledTarget) and (
             not target_ref or Path(target_ref).resolve() == Path(bundled.DEFAULT_TARGET_DIR).resolve())
-        default_base = bundled.ASSETS / full.folders[1] if default_target else None
+        default_base = bundled.ASSETS / FULL.folders[1] if default_target else None
         base_dir = Path(baseline_drafter) if baseline_drafter else default_base
         if base_dir is not None and base_dir.exists():
-            drafters[full.twin] = Drafter.from_pretrained(base_dir)
+            drafters[FULL.twin] = Drafter.from_pretrained(base_dir)
         if default_target:   # every other drafter context's pair, where built (fovea.methods.CONTEXTS)
             for context in CONTEXTS.values():
-                for name, folder in zip((context.fovea, context.twin), context.folders):
-                    if context is not full and (bundled.ASSETS / folder / "config.json").exists():
+                for name, folder in context.drafter_folders.items():
+                    if context is not FULL and (bundled.ASSETS / folder / "config.json").exists():
                         drafters[name] = Drafter.from_pretrained(bundled.ASSETS / folder)
         return cls(tgt, drafters)
 
@@ -190,11 +189,11 @@ class FoveaPipeline:
         strategy = self.strategy(method)
         return strategy, self.target.prepare(img, q), cfg
 
-    def stream(self, image, question, config: FoveaConfig, method: Method = METHODS["fovea"]) -> Iterator:
+    def stream(self, image, question, config: FoveaConfig, method: Method = FOVEA) -> Iterator:
         """Yield the trace records of one request (a PrefillTrace, then one per round or step)."""
         yield from generate(self.target, *self.request(image, question, config, method))
 
-    def accumulator(self, method: Method = METHODS["fovea"]) -> Accumulator:
+    def accumulator(self, method: Method = FOVEA) -> Accumulator:
         """An empty Accumulator for this pipeline's records of `method` (knows the memory grid)."""
         return Accumulator(method.name, self.memory_grid)
 
@@ -202,7 +201,7 @@ class FoveaPipeline:
         """The GenerationResult of a folded run, with its text decoded."""
         return acc.result(self.target.tokenizer.decode(acc.tokens, skip_special_tokens=True))
 
-    def generate(self, image, question, config: FoveaConfig, method: Method = METHODS["fovea"]) -> GenerationResult:
+    def generate(self, image, question, config: FoveaConfig, method: Method = FOVEA) -> GenerationResult:
         """One request decoded and folded (`fovea.decoding.run`)."""
         return run(self.target, *self.request(image, question, config, method))
 

@@ -14,7 +14,7 @@ Schema `fovea-trace`, version 1 (all keys required unless marked optional):
      "config": {...} (FoveaConfig as nested dicts, optional),
      "vocab": {"<token id>": display text, ...},
      "timing": {...} (optional: repeats, per-method wall times, median speedup),
-     "runs": {"<name>": run, ...}}          # e.g. "fovea", "no_correction", "autoregressive"
+     "runs": {"<name>": run, ...}}          # keyed by the race's roles, fovea.methods.ROLES
     run = {"method": str, "tokens": [int], "text": str, "wall_s": float, "prefill_ms": float,
            "target_forwards": int, "accept_lengths": [int], "finish_reason": "eos" | "length",
            "rounds": [round, ...] | "steps": [step, ...]}

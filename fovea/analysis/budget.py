@@ -24,6 +24,7 @@ from fovea.candidates import TreeDrafter
 from fovea.decoding import Session, run, speculative_rounds, start, verify_tree
 from fovea.draft import draft_tree
 from fovea.memory import VisualMemory
+from fovea.methods import FULL
 
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -67,7 +68,7 @@ def probe_accept_length(target, drafter, session: Session, memory: VisualMemory 
 
 
 def sweep_sample(pipe, sample: Sample, cfg: FoveaConfig, fractions=FRACTIONS,
-                 drafter_name: str = "fovea") -> tuple[list[dict], list[int]]:
+                 drafter_name: str = FULL.fovea) -> tuple[list[dict], list[int]]:
     """-> (one record per round with the accept length per budget, the generated tokens).
 
     The real decode is `speculative_rounds` itself: a generator does nothing until asked, so the

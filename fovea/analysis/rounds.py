@@ -16,6 +16,7 @@ from fovea.config import FoveaConfig
 from fovea.data import FAMILIES, Sample, eval_seeds, make_sample
 from fovea.candidates import TreeDrafter
 from fovea.decoding import run
+from fovea.methods import FULL
 from fovea.trace import IterationTrace, NodeRetrieval
 
 
@@ -43,7 +44,7 @@ def analysis_config(cfg: FoveaConfig, mode: str | None = None) -> FoveaConfig:
 
 
 def decode_traced(pipe, samples: list[Sample], cfg: FoveaConfig, mode: str | None = None,
-                  drafter: str = "fovea") -> list[Decoded]:
+                  drafter: str = FULL.fovea) -> list[Decoded]:
     cfg = analysis_config(cfg, mode)
     out = []
     for s in tqdm(samples, desc=f"decode {mode or cfg.retrieval.mode}", dynamic_ncols=True, leave=False):

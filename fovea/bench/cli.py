@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from fovea.bench.methods import METHODS, Method, load_assistant
-from fovea.methods import CORRECTION_PAIRS
+from fovea.methods import AUTOREGRESSIVE, CONTEXTS, CORRECTION_PAIRS, FULL
 from fovea.bench.report import write_results
 from fovea.bench.runner import PAIR_SWEEPS, cold_start_seconds, held_out, pair_sweep, run_meta, run_speed, tree_sweep
 from fovea.bench.stats import summarise
@@ -32,7 +32,7 @@ SWEEPS = ("tree", *PAIR_SWEEPS)
 
 
 PRESETS = {
-    "quick": {"n": 6, "max_new_tokens": 32, "methods": ["autoregressive", *CORRECTION_PAIRS[0], "chain",
+    "quick": {"n": 6, "max_new_tokens": 32, "methods": [AUTOREGRESSIVE.name, *CORRECTION_PAIRS[0], "chain",
                                                         *CORRECTION_PAIRS[1]],
               "analyses": True, "analysis_n": 3, "analysis_tokens": 16},
     "default": {"n": 100, "max_new_tokens": 64, "methods": list(METHODS), "cold_start": True,
@@ -51,10 +51,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--target", type=Path)
     p.add_argument("--drafter", type=Path)
     p.add_argument("--baseline-drafter", type=Path,
-                   help="the no-correction drafter (default assets/drafter_nocorr with the default target)")
+                   help=f"the no-correction drafter (default assets/{FULL.folders[1]} with the default target)")
+    others = " ".join(f"{name}=assets/{folder}" for c in CONTEXTS.values() if c is not FULL
+                      for name, folder in c.drafter_folders.items())
     p.add_argument("--drafters", nargs="+", default=[], metavar="NAME=FOLDER",
-                   help="more drafters by the name the methods use, e.g. fovea_text=assets/drafter_text "
-                        "no_correction_text=assets/drafter_text_nocorr (a non-default target loads none)")
+                   help=f"more drafters by the name the methods use, e.g. {others} (loaded by default with the "
+                        "default target; a non-default target loads none)")
     p.add_argument("--assistant", type=Path, help="assistant LM folder for hf_assisted (default assets/assistant)")
     p.add_argument("--tiny-random", action="store_true", help="random tiny model (smoke tests, no assets)")
     p.add_argument("--mmspec", type=Path, help="questions from a JSONL in MMSpec's layout (image, question, category) "
@@ -62,7 +64,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, help="results folder (default assets/results/bench, "
                    "assets/results/tree_sweep with --tree-sweep, assets/results/profile with --profile)")
     p.add_argument("--tree-sweep", action="store_true",
-                   help="compare tree shapes (TREE_SHAPES) for FOVEA and no_correction on tuning questions "
+                   help="compare tree shapes (TREE_SHAPES) for FOVEA and its twin on tuning questions "
                         "(default 30) instead of the benchmark")
     p.add_argument("--trigger-sweep", action="store_true",
                    help="compare correction.trigger thresholds (TRIGGERS) for each FOVEA drafter context beside its "
@@ -197,8 +199,8 @@ def main(argv=None) -> None:
         return
     n = args.n or preset["n"]
     methods = args.methods or preset["methods"]
-    if "autoregressive" not in methods:
-        methods = ["autoregressive", *methods]
+    if AUTOREGRESSIVE.name not in methods:
+        methods = [AUTOREGRESSIVE.name, *methods]
     assistant = load_assistant(args.assistant, pipe, args.tiny_random) if {"hf_assisted", "assisted"} & set(methods) else None
     t_start = time.perf_counter()
     from fovea.bench.mmspec import bench_questions, write_by_category

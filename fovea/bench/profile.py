@@ -26,7 +26,7 @@ from fovea.candidates import TreeDrafter
 from fovea.config import FoveaConfig
 from fovea.decoding import run
 from fovea.draft import extend
-from fovea.methods import CONTEXTS
+from fovea.methods import CONTEXTS, FULL
 from fovea.profile import Clock, interleaved_order
 from fovea.tree import ancestors_of
 
@@ -38,7 +38,7 @@ DRAFT_STAGES = ("draft/blocks", "draft/head", "draft/trigger", "draft/retrieval"
 ROUND_STAGES = (*DRAFT_STAGES, "draft/setup", "draft/select", "verify", "commit/target", "commit/drafter")
 
 
-def profile_rounds(pipe, samples, cfg: FoveaConfig, drafter: str = "fovea") -> dict:
+def profile_rounds(pipe, samples, cfg: FoveaConfig, drafter: str = FULL.fovea) -> dict:
     """Per-round and per-level milliseconds of FOVEA decoding (tracing off) on `samples`."""
     strategy = TreeDrafter(drafter, pipe.drafters[drafter])
     prompts = [pipe.target.prepare(s.image, s.question) for s in samples]
@@ -189,7 +189,7 @@ def _binary_tree(n: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @torch.inference_mode()
-def cost_curves(pipe, sample, drafter: str = "fovea", repeats: int = 40, nodes=CURVE_NODES,
+def cost_curves(pipe, sample, drafter: str = FULL.fovea, repeats: int = 40, nodes=CURVE_NODES,
                 widths=CURVE_WIDTHS) -> dict:
     """Median ms of one target forward over a binary tree of n nodes after `sample`'s prefill (the cache
     is cut back after each call), and of one drafter step over w tree nodes after the prompt's pairs;
@@ -229,7 +229,7 @@ def cost_curves(pipe, sample, drafter: str = "fovea", repeats: int = 40, nodes=C
             "target_forward_in_steps": {n: v / verify_med["1"] for n, v in verify_med.items()}}
 
 
-def compile_check(pipe, drafter: str = "fovea", width: int = 2, context: int = 200, repeats: int = 300) -> dict:
+def compile_check(pipe, drafter: str = FULL.fovea, width: int = 2, context: int = 200, repeats: int = 300) -> dict:
     """The drafter block's eager call against `torch.compile(dynamic=True)`'s, at `width` tree nodes over
     `context` cached pairs: compile seconds (first call), then the median ms of each."""
     model = pipe.drafters[drafter]
@@ -273,7 +273,7 @@ def int8_drafter(model):
     return q
 
 
-def lever_check(pipe, samples, cfg: FoveaConfig, drafter: str = "no_correction", repeats: int = 2) -> dict:
+def lever_check(pipe, samples, cfg: FoveaConfig, drafter: str = FULL.twin, repeats: int = 2) -> dict:
     """Two levers on the per-level cost, end to end: ms per generated token (median over questions x
     repeats, all settings interleaved per question) of autoregressive decoding and of the tree drafter
     `drafter` (correction off) at 2 and at 1 torch threads, and of the same drafter with int8 block
@@ -310,7 +310,7 @@ def lever_check(pipe, samples, cfg: FoveaConfig, drafter: str = "no_correction",
             "int8_vs_fp32_drafter": base["drafter_ms_per_token"] / rows["int8, 2 threads"]["drafter_ms_per_token"]}
 
 
-def tracing_overhead(pipe, samples, cfg: FoveaConfig, repeats: int = 3, drafter: str = "fovea") -> dict:
+def tracing_overhead(pipe, samples, cfg: FoveaConfig, repeats: int = 3, drafter: str = FULL.fovea) -> dict:
     """FOVEA wall time with tracing on vs off, interleaved per question with the order alternated."""
     strategy = TreeDrafter(drafter, pipe.drafters[drafter])
     on, off = cfg.replace(decoding={"trace": True}), cfg.replace(decoding={"trace": False})

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from fovea.bench.methods import SWEEP_DRAFTERS, TREE_SHAPES, shape_name
 from fovea.bench.stats import correction_gain, family_mean_speedup, ranking
+from fovea.methods import CONTEXTS, FOVEA
 
 
 def markdown(summary: dict, methods: list[str], meta: dict) -> str:
@@ -49,7 +50,7 @@ def markdown(summary: dict, methods: list[str], meta: dict) -> str:
     lines += _acceptance_table(summary["all"], methods)
     ranked = ranking(summary, methods)
     if ranked:
-        place = next((i + 1 for i, r in enumerate(ranked) if r["method"] == "fovea"), None)
+        place = next((i + 1 for i, r in enumerate(ranked) if r["method"] == FOVEA.name), None)
         lines += ["", "### Trained drafters ranked by speedup averaged over task families", "",
                   " ".join(f"{i + 1}. {r['method']} ({r['mean_speedup']:.2f}x)" for i, r in enumerate(ranked)), "",
                   f"FOVEA ranks {place} of {len(ranked)}." if place else "FOVEA was not run."]
@@ -59,8 +60,8 @@ def markdown(summary: dict, methods: list[str], meta: dict) -> str:
                   "| drafter context | FOVEA / ablation (pooled) | " + " | ".join(fams) + " | tau FOVEA | tau ablation |",
                   "|" + "---|" * (len(fams) + 4)]
         for g in gains:
-            ctx = "text only (cache-friendly)" if g["fovea"].endswith("_text") else "full prompt"
-            lines.append(f"| {ctx} | {f(g['gain'])}x | " + " | ".join(f"{f(g['family_gain'][fam])}x" for fam in fams)
+            cells = [f"{f(g['family_gain'][fam])}x" for fam in fams]
+            lines.append(f"| {CONTEXTS[g['context']].label} | {f(g['gain'])}x | " + " | ".join(cells)
                          + f" | {f(g['tau'])} | {f(g['tau_ablation'])} |")
     for fam in fams:
         lines += ["", f"<details><summary>Family {fam}: every metric</summary>", "", *table(fam), "", "</details>"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 
-from fovea.methods import CORRECTION_PAIRS, METHODS, TRAINED_DRAFTERS
+from fovea.methods import CONTEXTS, METHODS, TRAINED_DRAFTERS
 from fovea.data import FAMILIES
 
 
@@ -72,14 +72,16 @@ def ranking(summary: dict, methods: list[str]) -> list[dict]:
 
 
 def correction_gain(summary: dict, methods: list[str]) -> list[dict]:
-    """Per pair of CORRECTION_PAIRS that ran: FOVEA's pooled speedup over its ablation's (both
-    ratios of medians against the same autoregressive runs) and the two tau (bonus counted)."""
+    """Per drafter context whose pair ran (FOVEA and its "- correction" ablation): FOVEA's pooled speedup
+    over its ablation's (both ratios of medians against the same autoregressive runs) and the two tau
+    (bonus counted)."""
     out = []
-    for with_c, without in CORRECTION_PAIRS:
+    for c in CONTEXTS.values():
+        with_c, without = c.fovea, c.twin
         if with_c in methods and without in methods:
             a, b = summary["all"][with_c], summary["all"][without]
             sa, sb = a["speedup_ratio_of_medians"], b["speedup_ratio_of_medians"]
-            out.append({"fovea": with_c, "ablation": without, "gain": sa / sb if sa and sb else None,
+            out.append({"context": c.name, "fovea": with_c, "ablation": without, "gain": sa / sb if sa and sb else None,
                         "tau": a["tau_with_bonus"], "tau_ablation": b["tau_with_bonus"],
                         "family_gain": {fam: (summary[fam][with_c]["speedup_ratio_of_medians"] or 0)
                                         / (summary[fam][without]["speedup_ratio_of_medians"] or float("inf"))

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from fovea.methods import FULL
 from fovea.target import HFVisionTarget, Prompt
 
 IMAGE_SIZE = 192                                      # world v2 canvas (fovea.data.CANVAS)
@@ -30,9 +31,9 @@ PROMPT_TEMPLATE = "USER: {question}\nASSISTANT:"
 PROMPT_ORDERS = ("image_first", "question_first")
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 DEFAULT_TARGET_DIR = ASSETS / "target"
-DEFAULT_DRAFTER_DIR = ASSETS / "drafter"
+# every drafter context's pair of asset folders: fovea.methods.CONTEXTS; the default is the full context's
+DEFAULT_DRAFTER_DIR = ASSETS / FULL.folders[0]
 DEFAULT_ASSISTANT_DIR = ASSETS / "assistant"     # small LM for transformers' assisted generation (bench)
-# every drafter context's pair of asset folders: fovea.methods.CONTEXTS
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from tqdm import tqdm
 from fovea.config import CorrectionConfig
 from fovea.data import FAMILIES, make_sample
 from fovea.drafter import Drafter, drafter_config_for
-from fovea.models.bundled import ASSETS, DEFAULT_DRAFTER_DIR, DEFAULT_TARGET_DIR, load_target, save_config_json
+from fovea.methods import FULL, ROLES
+from fovea.models.bundled import ASSETS, DEFAULT_TARGET_DIR, load_target, save_config_json
 from fovea.training.common import (AUTOCAST_CHOICES, Checkpointer, Timer, add_config_args, append_jsonl, bf16_autocast,
                                    config_from_args, lr_at)
 from fovea.training.packing import as_conversation, pack_batch
@@ -111,6 +112,8 @@ def warm_start(drafter: Drafter, source: Drafter) -> None:
 
 # the parts a FOVEA drafter shares with its no-correction twin (the rest: memory encoder, retriever, corrector)
 BASE_PARTS = ("fc.", "blocks.", "norm.")
+# the pair's names in this run's checkpoints and metrics, whatever --context trains (fovea.methods.ROLES)
+FOVEA, TWIN, _ = ROLES
 
 
 def freeze_base(drafter: Drafter) -> None:
@@ -141,13 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train from a dump (python -m fovea.train dump) instead of running --target on every batch: "
                         "batches are the dump's samples in order (--batch-size each; --seed-offset and --families "
                         "are the dump's), the target's embedding and LM head come from the dump")
-    p.add_argument("--out", type=Path, default=DEFAULT_DRAFTER_DIR)
-    p.add_argument("--baseline-out", type=Path, default=ASSETS / "drafter_nocorr")
+    p.add_argument("--out", type=Path, default=ASSETS / FULL.folders[0])
+    p.add_argument("--baseline-out", type=Path, default=ASSETS / FULL.folders[1])
     p.add_argument("--run-dir", type=Path, default=Path("runs/drafter"))
     p.add_argument("--minutes", type=float, default=30.0)
     p.add_argument("--save-every", type=int, default=50)
     p.add_argument("--init-from", type=Path, nargs=2, metavar=("FOVEA_DIR", "BASELINE_DIR"),
-                   help="continue from exported drafters (e.g. assets/drafter assets/drafter_nocorr) when "
+                   help="continue from exported drafters (e.g. assets/{} assets/{}) when ".format(*FULL.folders) +
                         "--run-dir holds no checkpoint; the optimiser and the LR schedule start fresh")
     p.add_argument("--adapter", action="store_true",
                    help="a deviation (measured in the README): train only the FOVEA drafter's visual memory encoder, "
@@ -190,7 +193,7 @@ def main(argv=None) -> None:
         main_ccfg = correction_variant(args.fovea)
     except ValueError as err:
         p.error(f"--fovea: {err}")
-    ccfgs = {"fovea": main_ccfg, "no_correction": CorrectionConfig(enabled=False)}
+    ccfgs = {FOVEA: main_ccfg, TWIN: CorrectionConfig(enabled=False)}
     variants = {}
     for out, *pairs in args.variant:
         try:
@@ -203,8 +206,8 @@ def main(argv=None) -> None:
     for name, ccfg in ccfgs.items():
         torch.manual_seed(cfg.seed)       # identical initialisation of the shared parts
         drafters[name] = Drafter(dcfg, ccfg).bind(target).train()
-    fovea, baseline = drafters["fovea"], drafters["no_correction"]
-    trained = {name: d for name, d in drafters.items() if not (args.adapter and name == "no_correction")}
+    fovea, baseline = drafters[FOVEA], drafters[TWIN]
+    trained = {name: d for name, d in drafters.items() if not (args.adapter and name == TWIN)}
     if args.adapter:   # the base's weights arrive with the warm start below; freezing does not depend on them
         for name, d in trained.items():
             freeze_base(d)
@@ -247,7 +250,7 @@ def main(argv=None) -> None:
         step, last = step + 1, metrics
         bar.update(1)
         bar.set_postfix({name: f"{metrics[name + '/acc1']:.2f}/{metrics[name + '/acc2']:.2f}"
-                         for name in ("fovea", "no_correction") if name + "/acc1" in metrics})
+                         for name in (FOVEA, TWIN) if name + "/acc1" in metrics})
         append_jsonl(args.run_dir / "log.jsonl", {"step": step, **metrics})
         if step % args.save_every == 0:
             ckpt.save(step, {**drafters, "opt": opt})
@@ -260,7 +263,7 @@ def main(argv=None) -> None:
     init = json.loads((args.run_dir / "init_from.json").read_text()) if (args.run_dir / "init_from.json").exists() \
         else {}
     before, adapter_before = init.get("steps_before", 0), init.get("adapter_steps_before", 0)
-    exports = [("fovea", args.out), *([] if args.adapter else [("no_correction", args.baseline_out)]),
+    exports = [(FOVEA, args.out), *([] if args.adapter else [(TWIN, args.baseline_out)]),
                *variants.items()]
     for name, folder in exports:
         drafters[name].eval().save_pretrained(folder)

@@ -5,7 +5,7 @@ A drafter is trained on one target's states, so continuing the target makes ever
 own run directory (resumable: re-run the same command after an interruption) and skipped once done:
 
 1. `pair_full`: the full-context FOVEA drafter and its no-correction twin continue together for 600
-   steps on fresh batches (the twin is exported to `assets/drafter_nocorr`);
+   steps on fresh batches (the twin is exported to its shipped folder, `fovea.methods.CONTEXTS`);
 2. `adapter_full`: the shipped full-context FOVEA drafter, the twin's frozen base plus a correction
    with an image-state memory and retrieval grounding (`--adapter`), 500 steps;
 3. `pair_text`, 4. `deep_text`: the same for the text context; the correction is the shipped 64-wide
@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fovea.data.generate import EVAL_SEED_START
+from fovea.methods import CONTEXTS
 from fovea.models.bundled import ASSETS, DEFAULT_TARGET_DIR
 
 # the highest --seed-base: its five steps' seeds (1,000,000 apart, a few tens of thousands used each) stay
@@ -51,6 +52,8 @@ def plan(target: Path, assets: Path, runs: Path, seed_base: int) -> list[Step]:
     the evaluation range (`fovea.data.generate`)."""
     a, r = Path(assets), Path(runs)
     common = ("--target", str(target))
+    full, full_twin = CONTEXTS["full"].folders
+    text, text_twin = CONTEXTS["text"].folders
 
     def seeds(k: int) -> tuple[str, str]:
         return "--seed-offset", str(seed_base + k * 1_000_000)
@@ -59,28 +62,28 @@ def plan(target: Path, assets: Path, runs: Path, seed_base: int) -> list[Step]:
     pair = ("--total-steps", "600", "--warmup", "50", "--lr", "5e-4", "--memory-source", "hidden", "--minutes", "120")
     adapter = ("--adapter", "--memory-source", "hidden", "--warmup", "30", "--lr", "1e-3", "--minutes", "120")
     return [
-        Step("pair_full", "drafter", (*common, "--context", "full", "--init-from", str(a / "drafter"),
-                                      str(a / "drafter_nocorr"), "--fovea", "ground_weight=1",
-                                      "--out", str(r / "pair_full"), "--baseline-out", str(a / "drafter_nocorr"),
+        Step("pair_full", "drafter", (*common, "--context", "full", "--init-from", str(a / full),
+                                      str(a / full_twin), "--fovea", "ground_weight=1",
+                                      "--out", str(r / "pair_full"), "--baseline-out", str(a / full_twin),
                                       "--run-dir", str(r / "pair_full_run"), *pair, *seeds(0)),
-             14, ("drafter_nocorr",)),
+             14, (full_twin,)),
         Step("adapter_full", "drafter", (*common, "--context", "full", *adapter, "--init-from", str(r / "pair_full"),
-                                         str(a / "drafter_nocorr"), "--fovea", "ground_weight=1",
-                                         "--out", str(a / "drafter"), "--run-dir", str(r / "adapter_full_run"),
+                                         str(a / full_twin), "--fovea", "ground_weight=1",
+                                         "--out", str(a / full), "--run-dir", str(r / "adapter_full_run"),
                                          "--total-steps", "500", *seeds(1)),
-             7, ("drafter",)),
-        Step("pair_text", "drafter", (*common, "--context", "text", "--init-from", str(a / "drafter_text"),
-                                      str(a / "drafter_text_nocorr"), "--fovea", "hidden=64", "max_depth=8",
+             7, (full,)),
+        Step("pair_text", "drafter", (*common, "--context", "text", "--init-from", str(a / text),
+                                      str(a / text_twin), "--fovea", "hidden=64", "max_depth=8",
                                       "ground_weight=1", "--out", str(r / "pair_text"),
-                                      "--baseline-out", str(a / "drafter_text_nocorr"),
+                                      "--baseline-out", str(a / text_twin),
                                       "--run-dir", str(r / "pair_text_run"), *pair, *seeds(2)),
-             12, ("drafter_text_nocorr",)),
+             12, (text_twin,)),
         Step("deep_text", "drafter", (*common, "--context", "text", *adapter, "--init-from", str(r / "pair_text"),
-                                      str(a / "drafter_text_nocorr"), "--fovea", "hidden=64", "max_depth=8",
-                                      "ground_weight=1", "--out", str(a / "drafter_text"),
+                                      str(a / text_twin), "--fovea", "hidden=64", "max_depth=8",
+                                      "ground_weight=1", "--out", str(a / text),
                                       "--run-dir", str(r / "deep_text_run"), "--total-steps", "800", "--unroll", "4",
                                       *seeds(3)),
-             18, ("drafter_text",)),
+             18, (text,)),
         Step("assistant", "assistant", (*common, "--out", str(a / "assistant"), "--run-dir", str(r / "assistant_run"),
                                         "--minutes", "5", *seeds(4)),
              5, ("assistant",)),
@@ -139,7 +142,7 @@ def parse_args(argv=None):
     if not args.dry_run:
         if not (args.target / "config.json").exists():
             p.error(f"--target {args.target} is not a target folder (no config.json)")
-        missing = [str(args.assets / f) for f in ("drafter", "drafter_nocorr", "drafter_text", "drafter_text_nocorr")
+        missing = [str(args.assets / f) for c in CONTEXTS.values() for f in c.folders
                    if not (args.assets / f / "model.safetensors").exists()]
         if missing:
             p.error(f"the rebuild continues the shipped drafters; missing: {missing}")
