@@ -1,6 +1,7 @@
-"""The Settings tab: one schema of its numeric controls (`NUMBERS`: name, label, range, step, help
-and the `FoveaConfig` field whose default it shows), from which the Gradio controls, the validation of
-every request and the `FoveaConfig` are all built, so a range or a default is written once.
+"""The Settings tab: one schema of its numeric controls (`NUMBERS`: name, label, step, help and the
+`FoveaConfig` field it sets), from which the Gradio controls, the validation of every request and the
+`FoveaConfig` are all built. A control's default is its field's, and its range is the range the library
+declares for that field (`fovea.config.range_of`) unless the app narrows it, so neither is written twice.
 
 `config_from_settings` never trusts its input (API callers can send anything) and raises
 `SettingsError` with a sentence saying which control to change. Defaults come from
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from fovea.config import RETRIEVAL_MODES, CorrectionConfig, FoveaConfig
+from fovea.config import RETRIEVAL_MODES, CorrectionConfig, FoveaConfig, TreeConfig, range_of
 from fovea.methods import CONTEXTS
 from fovea.pipeline import MAX_NEW_TOKENS_CAP
 
@@ -29,7 +30,7 @@ DEFAULTS = FoveaConfig().replace(decoding=dict(max_new_tokens=APP_MAX_NEW_TOKENS
 SETTING_NAMES = ("mode", "rho", "k_min", "k_max", "fixed_k", "depth", "top_k", "total_tokens",
                  "correction", "correction_depth", "sampling", "temperature", "top_p", "seed", "max_new_tokens",
                  "repeats", "stop_below", "drafter", "trigger")
-MAX_CORRECTION_DEPTH = 15          # the deepest level of a 16-deep tree: "every level"
+MAX_CORRECTION_DEPTH = range_of(TreeConfig, "depth").hi - 1    # the deepest level of the deepest tree: "every level"
 
 
 class SettingsError(ValueError):
@@ -38,15 +39,24 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class Number:
-    """One numeric control: its API name, label, range and step (a whole step: a whole number), help,
-    and the "section.field" of FoveaConfig it sets, where its default is read."""
+    """One numeric control: its API name, label, the "section.field" of FoveaConfig it sets (where its
+    default is read), step (a whole step: a whole number) and help. Its range is the library's for that
+    field on the step grid (an open end one step inward); `lo` / `hi` set the app's own where the library
+    has no such bound or the app offers less."""
     name: str
     label: str
-    lo: float
-    hi: float
-    step: float = 1
     field: str = ""
+    step: float = 1
     info: str = ""
+    lo: float | None = None
+    hi: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.lo is None or self.hi is None:
+            section, name = self.field.split(".")
+            lo, hi = range_of(type(getattr(DEFAULTS, section)), name).on_grid(self.step)
+            object.__setattr__(self, "lo", lo if self.lo is None else self.lo)     # frozen: set once, here
+            object.__setattr__(self, "hi", hi if self.hi is None else self.hi)
 
     @property
     def integer(self) -> bool:
@@ -78,26 +88,27 @@ class Number:
 
 
 NUMBERS = {n.name: n for n in [
-    Number("rho", "ρ (cumulative mass)", 0.05, 1.0, 0.05, "retrieval.rho"),
-    Number("k_min", "K_min", 1, 64, 1, "retrieval.k_min"),
-    Number("k_max", "K_max", 1, 64, 1, "retrieval.k_max"),
-    Number("fixed_k", "K (fixed / random / static)", 1, 64, 1, "retrieval.fixed_k"),
-    Number("depth", "Tree depth", 1, 16, 1, "tree.depth"),
-    Number("top_k", "Tree top-k", 1, 16, 1, "tree.top_k"),
-    Number("total_tokens", "Tree budget (nodes)", 1, 128, 1, "tree.total_tokens"),
-    Number("stop_below", "Stop below (dynamic depth)", 0.0, 0.95, 0.05, "tree.stop_below",
+    Number("rho", "ρ (cumulative mass)", "retrieval.rho", 0.05),
+    Number("k_min", "K_min", "retrieval.k_min", hi=64),
+    Number("k_max", "K_max", "retrieval.k_max", hi=64),
+    Number("fixed_k", "K (fixed / random / static)", "retrieval.fixed_k", hi=64),
+    Number("depth", "Tree depth", "tree.depth"),
+    Number("top_k", "Tree top-k", "tree.top_k"),
+    Number("total_tokens", "Tree budget (nodes)", "tree.total_tokens"),
+    Number("stop_below", "Stop below (dynamic depth)", "tree.stop_below", 0.05,
            "stop drafting below a level whose best path is less likely than this; 0 = always draft every level"),
-    Number("correction_depth", "Correction depth", 0, MAX_CORRECTION_DEPTH, 1, "correction.max_depth",
-           f"the deepest tree level corrected (root = 0; {MAX_CORRECTION_DEPTH} = every level)"),
-    Number("trigger", "Correct only where unsure", 0.0, 1.0, 0.05, "correction.trigger",
+    Number("correction_depth", "Correction depth", "correction.max_depth", 1,
+           f"the deepest tree level corrected (root = 0; {MAX_CORRECTION_DEPTH} = every level)",
+           lo=0, hi=MAX_CORRECTION_DEPTH),
+    Number("trigger", "Correct only where unsure", "correction.trigger", 0.05,
            "correct a draft state only when its uncorrected top-1 probability is below this; 0 = always"),
-    Number("temperature", "Temperature", 0.05, 2.0, 0.05, "decoding.temperature"),
-    Number("top_p", "Top-p", 0.05, 1.0, 0.05, "decoding.top_p"),
-    Number("seed", "Seed", 0, 2**31 - 1, 1, "decoding.seed"),
-    Number("max_new_tokens", "Max new tokens", 1, MAX_NEW_TOKENS_CAP, 1, "decoding.max_new_tokens"),
-    Number("repeats", "Timing repeats", 1, MAX_REPEATS, 1, "",
+    Number("temperature", "Temperature", "decoding.temperature", 0.05, lo=0.05, hi=2.0),
+    Number("top_p", "Top-p", "decoding.top_p", 0.05),
+    Number("seed", "Seed", "decoding.seed", lo=0, hi=2**31 - 1),
+    Number("max_new_tokens", "Max new tokens", "decoding.max_new_tokens", hi=MAX_NEW_TOKENS_CAP),
+    Number("repeats", "Timing repeats", "", 1,
            "each method runs up to this many times, interleaved (at least 3, then until the timing budget is "
-           "spent); the speedup is their median"),
+           "spent); the speedup is their median", lo=1, hi=MAX_REPEATS),
 ]}
 
 # What the drafters' KV cache holds of the prompt, and the correction each context was measured best with

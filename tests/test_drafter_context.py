@@ -281,7 +281,7 @@ def test_drafter_command_rejects_an_unroll_out_of_range(capsys):
 
     with pytest.raises(SystemExit):
         main(["--unroll", "0"])
-    assert "--unroll must be in 1..8" in capsys.readouterr().err
+    assert "--unroll must be in [1, 8]" in capsys.readouterr().err
 
 
 def test_drafter_command_rejects_a_bad_main_correction_field(capsys):

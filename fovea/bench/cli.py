@@ -24,7 +24,7 @@ from fovea.methods import AUTOREGRESSIVE, CONTEXTS, CORRECTION_PAIRS, FULL
 from fovea.bench.report import write_results
 from fovea.bench.runner import PAIR_SWEEPS, cold_start_seconds, held_out, pair_sweep, run_meta, run_speed, tree_sweep
 from fovea.bench.stats import summarise
-from fovea.config import FoveaConfig
+from fovea.config import FoveaConfig, TreeConfig, range_of
 from fovea.data import tuning_seeds
 
 # the sweeps, each its own --NAME-sweep flag: the tree shapes, then the pair sweeps (PAIR_SWEEPS)
@@ -121,8 +121,9 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.error(f"--drafters {name}: {folder} is not a folder")
         extra[name] = Path(folder)
     args.drafters = extra
-    if args.stop_below is not None and not 0.0 <= args.stop_below < 1.0:
-        p.error(f"--stop-below must be in [0, 1), got {args.stop_below}")
+    stop_below = range_of(TreeConfig, "stop_below")
+    if args.stop_below is not None and args.stop_below not in stop_below:
+        p.error(f"--stop-below must be {stop_below.text}, got {args.stop_below}")
     unknown = [m for m in args.methods or [] if m not in METHODS and m not in extra]
     if unknown:
         p.error(f"unknown method(s) {unknown}: choose from {sorted(METHODS)} or a NAME given to --drafters")

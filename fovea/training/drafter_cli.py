@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from fovea.config import CorrectionConfig
+from fovea.config import CorrectionConfig, range_of
 from fovea.data import FAMILIES, make_sample
 from fovea.drafter import Drafter, drafter_config_for
 from fovea.methods import FULL, ROLES
@@ -21,6 +21,7 @@ from fovea.models.bundled import ASSETS, DEFAULT_TARGET_DIR, load_target, save_c
 from fovea.training.common import (AUTOCAST_CHOICES, Checkpointer, Timer, add_config_args, append_jsonl, bf16_autocast,
                                    config_from_args, lr_at)
 from fovea.training.packing import as_conversation, pack_batch
+from fovea.training.run_config import TrainingConfig
 from fovea.training.drafter import train_steps
 from fovea.training.dumps import DumpDataset, DumpHead, dumped_inputs, step_batches
 
@@ -174,8 +175,9 @@ def main(argv=None) -> None:
     p = build_parser()
     args = p.parse_args(argv)
     cfg = config_from_args(args, DrafterTrainConfig)
-    if not 1 <= cfg.unroll <= 8:
-        p.error(f"--unroll must be in 1..8, got {cfg.unroll}")
+    unroll = range_of(TrainingConfig, "unroll")
+    if cfg.unroll not in unroll:
+        p.error(f"--unroll must be {unroll.text}, got {cfg.unroll}")
     unknown = sorted(set(cfg.families) - set(FAMILIES))
     if unknown:
         p.error(f"--families: unknown {unknown}; expected some of {list(FAMILIES)}")

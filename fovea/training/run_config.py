@@ -19,7 +19,8 @@ import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from fovea.config import DRAFTER_CONTEXTS, MEMORY_SOURCES, CorrectionConfig, RetrievalConfig, TreeConfig
+from fovea.config import (DRAFTER_CONTEXTS, MEMORY_SOURCES, CorrectionConfig, RetrievalConfig, TreeConfig, check_ranges,
+                          ranged)
 
 DUMP_DTYPES = ("float16", "bfloat16")
 RESOLVED_NAME = "run_config.yaml"
@@ -87,7 +88,7 @@ class TrainingConfig:
     warmup: int = 100                 # optimiser steps
     total_steps: int = 2000           # optimiser steps
     weight_decay: float = 0.0
-    unroll: int = 2                   # drafting steps per position (the paper: 2, depths 0 and 1)
+    unroll: int = ranged(2, 1, 8)     # drafting steps per position (the paper: 2, depths 0 and 1)
     shuffle: bool = True              # False: dump order (replays an online run's batches exactly)
     seed: int = 0
     save_every: int = 200
@@ -95,8 +96,7 @@ class TrainingConfig:
 
     def __post_init__(self) -> None:
         _positive(self, "training", ("batch_size", "grad_accum", "total_steps", "save_every", "keep_checkpoints"))
-        if not 1 <= self.unroll <= 8:
-            raise ValueError(f"training.unroll must be in 1..8, got {self.unroll}")
+        check_ranges(self)
         if self.lr <= 0:
             raise ValueError(f"training.lr must be > 0, got {self.lr}")
 
