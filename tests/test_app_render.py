@@ -13,7 +13,7 @@ from PIL import Image
 from app import metrics, plots, render
 from app.focus import (FocusStep, colormap, focus_shifts, focus_trajectory, heatmap_overlay, jaccard_distance,
                        step_caption, step_for_token, top_set, weight_grid)
-from app.settings import SettingsError, config_from_settings, variant_config
+from app.settings import DEFAULTS, NUMBERS, SettingsError, config_from_settings, variant_config
 from app.streaming import BackgroundStream
 from app.timing import Timings
 from fovea.config import FoveaConfig
@@ -244,6 +244,20 @@ def test_bad_settings_raise_a_sentence_saying_what_to_change(change, phrase):
                   max_new_tokens=64)
     with pytest.raises(SettingsError, match=phrase):
         config_from_settings({**values, **change})
+
+
+def test_every_value_a_control_offers_is_one_the_library_accepts():
+    # a control's range is its field's (fovea.config.range_of) on the step grid, or inside it where the app
+    # narrows it: both ends, and a value on the step grid near each, build a FoveaConfig
+    for n in NUMBERS.values():
+        if n.field:
+            section, name = n.field.split(".")
+            for x in (n.lo, n.hi, n.lo + n.step, n.hi - n.step):
+                x = int(x) if n.integer else x
+                names = ("k_min", "k_max") if name in ("k_min", "k_max") else (name,)    # k_min <= k_max
+                DEFAULTS.replace(**{section: dict.fromkeys(names, x)})
+    assert (NUMBERS["stop_below"].lo, NUMBERS["stop_below"].hi) == (0.0, 0.95)      # [0, 1) on a 0.05 grid
+    assert (NUMBERS["rho"].lo, NUMBERS["rho"].hi) == (0.05, 1.0)                    # (0, 1]
 
 
 def test_variant_config_switches_mode_or_correction():
