@@ -12,19 +12,22 @@ that once they are fixed, filling the rest of the canvas cannot change whether t
 
 The answer ends at the canvas's first EOS, and that EOS belongs to every span that reaches the end.
 Each character span also takes the character on either side (a boundary: "1" must not become "12"),
-so the token span covers every token that could move a match. Knows nothing about models.
+so the token span covers every token that could move a match. `question_task` names the parser a free
+question needs (the world template it fills), for front ends that get no task. Knows nothing about models.
 """
 from __future__ import annotations
 
 import bisect
 import re
 
-from fovea.data import scoring
+from fovea.data import TASKS, scoring, text as templates
 
 # one pattern per "last match" task; whole-answer and first-* tasks need none
 _LAST = {"scene/spatial": scoring._LABEL, "chart/value": scoring._NUMBER}
 _WHOLE = ("chart/describe", "scene/describe")
 _SENTENCE_END = re.compile(r"\.(?=\s)")
+_FAMILY_TEXT = {"scene": templates.SCENE, "ocr": templates.OCR, "chart": templates.CHART}
+_FIELD = re.compile(r"\{\w+\}")
 
 
 class TokenText:
@@ -78,3 +81,28 @@ def candidate_span(task: str, ids: list[int], token_text: TokenText) -> tuple[in
     if b < len(text):
         return first, bisect.bisect_right(starts, b)
     return first, (len(ids) if eos is None else eos + 1)        # to the end: the EOS is part of the span
+
+
+def _question_patterns() -> list[tuple[re.Pattern, int, str]]:
+    """(pattern, literal characters, task) for every question template of the world; a {field} matches
+    any text, the rest literally, case and end punctuation ignored."""
+    out = []
+    for family, tasks in TASKS.items():
+        for task in tasks:
+            for template in _FAMILY_TEXT[family][task]["q"]:
+                literal = _FIELD.split(template.rstrip("?.! ").lower())
+                pattern = "(.+)".join(re.escape(part) for part in literal)
+                out.append((re.compile(pattern), sum(map(len, literal)), f"{family}/{task}"))
+    return out
+
+
+_QUESTIONS = _question_patterns()
+
+
+def question_task(question: str) -> str | None:
+    """The task ("family/task") whose question template `question` fills, or None when it fills none.
+    Where several match ("What is written at the top?" also fills "What is {relation} the {ref}?"),
+    the template with the most literal text wins."""
+    q = " ".join(str(question or "").split()).rstrip("?.! ").lower()
+    hits = [(n, task) for pattern, n, task in _QUESTIONS if pattern.fullmatch(q)]
+    return max(hits)[1] if hits else None

@@ -31,6 +31,8 @@ class DenoiseStep:
     committed: tuple[bool, ...]              # [L] after this step
     span: tuple[int, int] | None             # the candidate span [start, end) when a parser ran
     rule: str                                # one of RULES
+    held: int = 0                            # steps the span (place and tokens) has held, this one included
+    span_confidence: float | None = None     # the span's minimum settled confidence, as CVC read it
 
 
 @dataclass(frozen=True)
@@ -73,14 +75,22 @@ def settled(state: CanvasState, conf: torch.Tensor) -> torch.Tensor:
     return conf.masked_fill(state.committed, 1.0)
 
 
-def cvc_fires(state: CanvasState, span, pred_list: list[int], conf: torch.Tensor, cfg) -> bool:
-    """CVC: the span's minimum settled confidence is >= tau_c and its place and tokens held `stable_steps`
-    steps (this one included). Updates the state's hold counter."""
+def hold_span(state: CanvasState, span, pred_list: list[int]) -> None:
+    """Count the consecutive steps the candidate span has kept its place and its argmax tokens."""
     key = None if span is None else (*span, tuple(pred_list[span[0]:span[1]]))
     state.held = state.held + 1 if key is not None and key == state.last_span else int(key is not None)
     state.last_span = key
-    return (key is not None and state.held >= cfg.stable_steps
-            and float(settled(state, conf)[span[0]:span[1]].min()) >= cfg.tau_c)
+
+
+def span_confidence(state: CanvasState, span, conf: torch.Tensor) -> float | None:
+    """The span's minimum settled confidence (before this step commits anything), None without a span."""
+    return None if span is None else float(settled(state, conf)[span[0]:span[1]].min())
+
+
+def cvc_fires(state: CanvasState, span, conf: torch.Tensor, cfg) -> bool:
+    """CVC: the span's minimum settled confidence is >= tau_c and its place and tokens held `stable_steps`
+    steps (this one included; `hold_span` has counted this step)."""
+    return span is not None and state.held >= cfg.stable_steps and span_confidence(state, span, conf) >= cfg.tau_c
 
 
 def gate_fires(state: CanvasState, conf: torch.Tensor, threshold: float | None) -> bool:
@@ -121,11 +131,11 @@ def commit(state: CanvasState, pred: torch.Tensor, conf: torch.Tensor, where: to
     state.committed[where] = True
 
 
-def step_rule(state, pred, conf, span, pred_list, cfg: DiffusionDecodeConfig, length: int) -> str:
+def step_rule(state, pred, conf, span, cfg: DiffusionDecodeConfig, length: int) -> str:
     """Apply this step's rules in order (CVC, gate, BWEC, the schedule); return the one that acted."""
     lo, hi = block_bounds(state.block, cfg.schedule.block_length, length)
     final = hi == length
-    if cfg.latch.cvc and cvc_fires(state, span, pred_list, conf, cfg.latch):
+    if cfg.latch.cvc and cvc_fires(state, span, conf, cfg.latch):
         commit(state, pred, conf, ~state.committed)
         return "cvc"
     if gate_fires(state, conf, cfg.gate.threshold):
@@ -161,13 +171,15 @@ def diffusion_generate(model, image, question: str, cfg: DiffusionDecodeConfig =
         pred, conf = read_prediction(logits, state)
         pred_list = pred.tolist()
         span = candidate_span(task, pred_list, model.token_text) if parse else None
+        hold_span(state, span, pred_list)
+        span_conf = span_confidence(state, span, conf) if record else None
         # 3. act: CVC or the gate stop the decode; else BWEC or the schedule commit in the block
         block = state.block
-        rule = step_rule(state, pred, conf, span, pred_list, cfg, length)
+        rule = step_rule(state, pred, conf, span, cfg, length)
         # 4. record the step, then move past finished blocks
         if record:
             steps.append(DenoiseStep(nfe - 1, block, tuple(pred_list), tuple(conf.tolist()),
-                                     tuple(state.committed.tolist()), span, rule))
+                                     tuple(state.committed.tolist()), span, rule, state.held, span_conf))
         advance_block(state, cfg.schedule.block_length, length)
     return finish(model, state, nfe, rule, start_time, tuple(steps))
 

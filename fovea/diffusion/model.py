@@ -25,14 +25,15 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from fovea.diffusion.candidate import TokenText
-from fovea.models.bundled import ASSETS, encode_prompt, image_to_pixels, load_tokenizer, prompt_format
+from fovea.models.bundled import (ASSETS, DEFAULT_TARGET_DIR, BundledModelConfig, build_model, encode_prompt,
+                                  image_to_pixels, load_tokenizer, prompt_format)
 
 DEFAULT_DIFFUSION_DIR = ASSETS / "diffusion"
 MASK_TOKEN = "<unk>"
@@ -171,3 +172,11 @@ def load_diffusion(folder: str | os.PathLike = DEFAULT_DIFFUSION_DIR) -> Diffusi
         raise FileNotFoundError(f"no diffusion model at {folder}; build it with `python -m fovea.train diffusion`")
     settings = json.loads(config.read_text())["fovea_diffusion"]
     return from_target(folder, CanvasConfig(**settings)).eval()
+
+
+def tiny_random(length: int = CanvasConfig.length, seed: int = 0) -> DiffusionVLM:
+    """A random-weight denoiser of the bundled architecture's tiny preset with the shipped tokenizer
+    (tests, and trying the app's diffusion view without a trained model)."""
+    tok = load_tokenizer(DEFAULT_TARGET_DIR)
+    sizes = replace(BundledModelConfig.from_name("tiny"), prompt_order="question_first")
+    return DiffusionVLM(build_model(sizes, tok, seed=seed), tok, CanvasConfig(length=length)).eval()
