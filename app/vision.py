@@ -13,7 +13,7 @@ import html
 from dataclasses import dataclass
 
 from app.tree import BONUS_COLOUR, node_text, percent, token_text
-from fovea.trace import IterationTrace, StepTrace
+from fovea.trace import IterationTrace
 
 DRAFT_COLOUR, TARGET_COLOUR = "#0f766e", "#cbd5e1"   # white / dark text: >= 5:1
 
@@ -103,15 +103,9 @@ class Lane:
 
 
 def token_kinds(records: list) -> list[str]:
-    """Per emitted token, how it came: the prefill, an accepted draft, or the target itself."""
-    kinds = ["prefill"]
-    for rec in records:
-        if isinstance(rec, StepTrace):
-            kinds.append("target")
-        else:
-            n_draft = min(len(rec.accepted), len(rec.emitted))
-            kinds += ["draft"] * n_draft + ["target"] * (len(rec.emitted) - n_draft)
-    return kinds
+    """Per emitted token, how it came (the records' `origins`): the prefill, an accepted draft, or the
+    target itself. `records` are a run's rounds or steps, after its prefill."""
+    return ["prefill", *(kind for rec in records for kind in rec.origins)]
 
 
 def race_html(lanes: list[Lane], note: str = "") -> str:

@@ -20,6 +20,7 @@ import torch
 from fovea.config import FoveaConfig
 from fovea.draft import DraftTree, context_pairs, draft_tree, extend, image_states
 from fovea.drafter import Drafter
+from fovea.memory import VisualMemory
 from fovea.profile import NO_CLOCK, Clock
 from fovea.tree import ancestors_of
 
@@ -49,28 +50,41 @@ class TreeDrafter:
     def configure(self, cfg: FoveaConfig) -> FoveaConfig:
         return cfg.replace(**self.overrides)
 
-    def start(self, target, prompt, prefill, first: int, cfg: FoveaConfig) -> "_TreeSession":
+    def start(self, target, prompt, prefill, first: int, cfg: FoveaConfig) -> "TreeSession":
         d = self.drafter
         seq = torch.cat([prompt.input_ids[0].cpu(), torch.tensor([first])])
         if d.cfg.memory_source == "hidden":   # the target's last-layer states at the image positions
             visual = image_states(prefill.hidden, seq[:-1], target.image_token_id)
         else:
             visual = target.visual_tokens(prompt)
-        memory = d.encode_memory(visual, getattr(target, "memory_grid", None))
+        memory = d.encode_memory(visual, target.memory_grid)
         keep = context_pairs(seq, target.image_token_id) if d.cfg.context == "text" else None
         # room for the prompt, the answer and one round's tree slots: the buffers never grow
         capacity = seq.shape[0] + cfg.decoding.max_new_tokens + cfg.tree.depth * cfg.tree.top_k + 8
         state = extend(d, None, seq[1:], prefill.hidden, keep, capacity=capacity)
-        return _TreeSession(d, state, memory, cfg)
+        return TreeSession(d, state, memory, cfg)
 
 
-class _TreeSession:
-    def __init__(self, drafter: Drafter, state, memory, cfg: FoveaConfig):
+class TreeSession:
+    """One request's tree drafting: the drafter's state (its KV cache and the root's draft state) and the
+    request's visual memory."""
+
+    def __init__(self, drafter: Drafter, state, memory: VisualMemory, cfg: FoveaConfig):
         self.drafter, self.state, self.memory, self.cfg = drafter, state, memory, cfg
+
+    @property
+    def root_state(self) -> torch.Tensor:
+        """[D] the draft state the next tree grows from (the root's)."""
+        return self.state.root_h
 
     def propose(self, root: int, generator=None, clock: Clock = NO_CLOCK) -> DraftTree:
         return draft_tree(self.drafter, self.state, root, self.memory, self.cfg, self.cfg.decoding.trace,
                           generator, clock)
+
+    def probe(self, root: int, memory: VisualMemory | None, generator=None) -> DraftTree:
+        """An untraced tree from the same state read against another memory (None: no correction); the
+        session does not change (the visual-budget probes, `fovea.analysis.budget`)."""
+        return draft_tree(self.drafter, self.state, root, memory, self.cfg, False, generator)
 
     def update(self, tokens: list[int], features: torch.Tensor) -> None:
         self.state = extend(self.drafter, self.state, torch.tensor(tokens), features)

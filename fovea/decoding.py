@@ -149,7 +149,7 @@ def generate(target, strategy: Strategy | None, prompt: Prompt, cfg: FoveaConfig
 
 def run(target, strategy: Strategy | None, prompt: Prompt, cfg: FoveaConfig, clock: Clock = NO_CLOCK) -> GenerationResult:
     """Fold `generate` into an Accumulator and return its GenerationResult."""
-    acc = Accumulator(AUTOREGRESSIVE.name if strategy is None else strategy.name, getattr(target, "memory_grid", None))
+    acc = Accumulator(AUTOREGRESSIVE.name if strategy is None else strategy.name, target.memory_grid)
     for record in generate(target, strategy, prompt, cfg, clock):
         acc.add(record)
     return acc.result(target.tokenizer.decode(acc.tokens, skip_special_tokens=True))

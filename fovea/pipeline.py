@@ -93,8 +93,8 @@ class FoveaPipeline:
         for name, d in drafters.items():     # a drafter for another target: one sentence, not a shape error
             check_drafter_fits_target(d, target, name)
         self.drafters = {name: d.bind(target) for name, d in drafters.items()}
-        self.memory_grid = getattr(target, "memory_grid", None)
-        self.image_size = getattr(target, "image_size", None)
+        self.memory_grid = target.memory_grid
+        self.image_size = target.image_size
         self.max_question_chars = MAX_QUESTION_CHARS
         self.max_new_tokens_cap = MAX_NEW_TOKENS_CAP
 

@@ -44,7 +44,8 @@ class HFVisionTarget:
     it, `position_ids` (Qwen2.5-VL's 3-D rotary positions).
     """
 
-    memory_grid: tuple[int, int] | None = None
+    memory_grid: tuple[int, int] | None = None   # (rows, cols) of the visual memory; None: not a grid
+    image_size: int | None = None                # the square side images are resized to; None: the backbone's own
 
     def __init__(self, model, tokenizer):
         self.model = model.eval()

@@ -2,8 +2,8 @@
 
 `generate` yields a `PrefillTrace` (the prefill's token), then one `IterationTrace` per
 draft-verify round (FOVEA) or one `StepTrace` per step (autoregressive). Every record carries
-what it emitted, its own wall milliseconds (consumer time excluded) and, on the last one, the
-finish reason. `Accumulator` folds records, in any consumer (app, bench, analyses, CLI), into
+what it emitted, how each emitted token came (`origins`), every token id it mentions, its own
+wall milliseconds (consumer time excluded) and, on the last one, the finish reason. `Accumulator` folds records, in any consumer (app, bench, analyses, CLI), into
 tokens, accept lengths, target forwards, tokens/s, the focus trajectory and focus drift; each
 record folds itself (`fold_into`), so no consumer filters records by type.
 
@@ -144,6 +144,15 @@ class PrefillTrace:
     def emitted(self) -> list[int]:
         return [self.token]
 
+    @property
+    def origins(self) -> list[str]:
+        """How each emitted token came: from the target's prefill."""
+        return ["prefill"]
+
+    @property
+    def mentioned_ids(self) -> set[int]:
+        return {self.token}
+
     def materialize(self) -> "PrefillTrace":
         return self          # holds no tensors
 
@@ -200,6 +209,18 @@ class IterationTrace:
     def path_to(self, node: int) -> list[int]:
         return path_to(self.ancestors, node)
 
+    @property
+    def origins(self) -> list[str]:
+        """How each emitted token came: "draft" (an accepted draft token) or "target" (the bonus)."""
+        drafted = min(len(self.accepted), len(self.emitted))
+        return ["draft"] * drafted + ["target"] * (len(self.emitted) - drafted)
+
+    @property
+    def mentioned_ids(self) -> set[int]:
+        """Every token id the round names: its tree's nodes, the bonus, the top tokens around each correction."""
+        tops = (t for r in self.retrieval.values() for t, _ in (r.top_before or []) + (r.top_after or []))
+        return {*self.tokens, self.bonus_token, *tops}
+
     def producer_of(self, k: int) -> int:
         """Node whose draft state proposed the k-th emitted token (the parent of that accepted node);
         -1 when the token is the bonus (produced by the target itself)."""
@@ -234,6 +255,15 @@ class StepTrace:
     @property
     def ms(self) -> float:
         return self.forward_ms
+
+    @property
+    def origins(self) -> list[str]:
+        """How each emitted token came: from the target itself."""
+        return ["target"]
+
+    @property
+    def mentioned_ids(self) -> set[int]:
+        return {self.token}
 
     def materialize(self) -> "StepTrace":
         return self          # holds no tensors

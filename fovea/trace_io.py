@@ -188,14 +188,7 @@ def load_trace(data) -> TraceFile:
 
 
 def _token_ids(result: GenerationResult) -> set[int]:
-    ids = set(result.tokens)
-    for rec in result.iterations:
-        if isinstance(rec, IterationTrace):
-            ids.update(rec.tokens)
-            ids.add(rec.bonus_token)
-            for r in rec.retrieval.values():
-                ids.update(t for t, _ in (r.top_before or []) + (r.top_after or []))
-    return ids
+    return set(result.tokens).union(*(rec.mentioned_ids for rec in result.iterations))
 
 
 def token_ids(runs: dict[str, GenerationResult]) -> set[int]:

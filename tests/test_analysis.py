@@ -13,7 +13,7 @@ from fovea.analysis.grounding import (grounding_mass, grounding_states, label_oc
                                       on_object_entries, patch_coverage, token_objects, token_spans)
 from fovea.analysis.rounds import Decoded, first_emitted_positions
 from fovea.memory import VisualMemory
-from fovea.trace import IterationTrace, NodeRetrieval
+from fovea.trace import IterationTrace, NodeRetrieval, PrefillTrace
 
 
 def _round(i: int, n_emitted: int, indices=(0,), weights=(1.0,)) -> IterationTrace:
@@ -23,7 +23,9 @@ def _round(i: int, n_emitted: int, indices=(0,), weights=(1.0,)) -> IterationTra
 
 
 def _decoded(family: str, rounds, tokens=(), objects=()) -> Decoded:
-    return Decoded(SimpleNamespace(family=family, objects=list(objects)), list(tokens), list(rounds))
+    tokens = list(tokens)
+    return Decoded(SimpleNamespace(family=family, objects=list(objects)), tokens, list(rounds),
+                   PrefillTrace(tokens[0] if tokens else 0))
 
 
 # ---- focus drift and K -------------------------------------------------------------------------
@@ -135,7 +137,7 @@ def test_grounding_scores_rounds_whose_first_token_names_an_object():
     obj = SimpleNamespace(label="red circle", mask=mask)
     # token 0 from the prefill; round 0 emits tokens 1-2 (" red circle"), round 1 tokens 3-5
     rounds = [_round(0, 2, [0, 1], [0.75, 0.25]), _round(1, 3, [0], [1.0])]
-    assert first_emitted_positions(rounds) == [1, 3]
+    assert first_emitted_positions(PrefillTrace(0), rounds) == [1, 3]
     got = grounding_states([_decoded("scene", rounds, [0, 1, 2, 3, 4, 5], [obj])], decode, (2, 2))
     assert len(got) == 1 and got[0]["mass"] == pytest.approx(0.75) and got[0]["chance"] == 0.25
 
@@ -152,7 +154,7 @@ def test_budget_probe_rolls_back_and_full_budget_equals_the_real_round(tiny_pipe
     drafter = pipe.drafters["fovea"]
     session = start(pipe.target, fovea(drafter), pipe.target.prepare(sample.image, sample.question), cfg)
     length = session.target_state.length
-    full = probe_accept_length(pipe.target, drafter, session, session.draft.memory, cfg)
+    full = probe_accept_length(pipe.target, session, session.draft.memory, cfg)
     assert session.target_state.length == length
     assert all(layer.keys.shape[2] == length for layer in session.target_state.cache.layers)
     assert next(speculative_rounds(pipe.target, session, cfg)).accept_length == full

@@ -22,7 +22,6 @@ from fovea.config import FoveaConfig
 from fovea.data import FAMILIES, Sample
 from fovea.candidates import TreeDrafter
 from fovea.decoding import Session, run, speculative_rounds, start, verify_tree
-from fovea.draft import draft_tree
 from fovea.memory import VisualMemory
 from fovea.methods import FULL
 
@@ -38,7 +37,7 @@ def preferred_budget(accept_lengths: list[int], fractions=FRACTIONS) -> float:
 @torch.inference_mode()
 def importance(drafter, session: Session, mode: str) -> torch.Tensor:
     """Root draft state's retrieval probability over memory entries [N] (0 on invalid entries)."""
-    h = session.draft.state.root_h.to(drafter.device)[None]                 # [1, D]
+    h = session.draft.root_state.to(drafter.device)[None]                   # [1, D]
     depth = torch.zeros(1, dtype=torch.long, device=drafter.device)
     scores = drafter.retriever.scores(h, depth, session.draft.memory, mode)  # [1, N], -inf on invalid
     return torch.softmax(scores, -1)[0]
@@ -56,12 +55,11 @@ def restrict(memory: VisualMemory, weight: torch.Tensor, fraction: float) -> Vis
 
 
 @torch.inference_mode()
-def probe_accept_length(target, drafter, session: Session, memory: VisualMemory | None,
-                        cfg: FoveaConfig) -> int:
-    """Draft + verify one tree from the session's current state, then drop the tree from the target
-    cache (commit keeping none). Neither cache nor the session changes. Bonus token counted."""
+def probe_accept_length(target, session: Session, memory: VisualMemory | None, cfg: FoveaConfig) -> int:
+    """Draft + verify one tree from the session's current state (`TreeSession.probe`), then drop the tree
+    from the target cache (commit keeping none). Neither cache nor the session changes. Bonus token counted."""
     rng = torch.Generator().manual_seed(cfg.decoding.seed)   # never consume the real decode's RNG
-    tree = draft_tree(drafter, session.draft.state, session.root, memory, cfg, trace=False, generator=rng)
+    tree = session.draft.probe(session.root, memory, rng)
     _, accepted, _ = verify_tree(target, session.target_state, tree, cfg, rng)
     target.commit(session.target_state, len(tree.tokens), torch.empty(0, dtype=torch.long))
     return len(accepted) + 1
@@ -80,7 +78,7 @@ def sweep_sample(pipe, sample: Sample, cfg: FoveaConfig, fractions=FRACTIONS,
     states = []
     while not session.done:
         weight = importance(drafter, session, cfg.retrieval.mode)
-        probes = {f: probe_accept_length(target, drafter, session, restrict(session.draft.memory, weight, f), cfg)
+        probes = {f: probe_accept_length(target, session, restrict(session.draft.memory, weight, f), cfg)
                   for f in fractions if f < 1.0}
         real = next(rounds)                     # the full-memory round, committed as usual
         lengths = [probes.get(f, real.accept_length) for f in fractions]

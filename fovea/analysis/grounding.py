@@ -118,7 +118,7 @@ def grounding_states(decoded: list[Decoded], decode: Callable[[list[int]], str],
         # names are found in the model's own output, not the reference answer: the two may differ
         named = token_objects(token_spans(decode, d.tokens), label_occurrences(decode(d.tokens), labels))
         on = [object_entries(o, grid, threshold) for o in d.sample.objects]
-        for rec, pos in zip(d.rounds, first_emitted_positions(d.rounds)):
+        for rec, pos in zip(d.rounds, first_emitted_positions(d.prefill, d.rounds)):
             # the root state predicted the round's first emitted token, whether accepted or the bonus
             got = root_retrieval(rec)
             obj = named[pos] if pos < len(named) else None

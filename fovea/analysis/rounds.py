@@ -17,7 +17,7 @@ from fovea.data import FAMILIES, Sample, eval_seeds, make_sample
 from fovea.candidates import TreeDrafter
 from fovea.decoding import run
 from fovea.methods import FULL
-from fovea.trace import IterationTrace, NodeRetrieval
+from fovea.trace import IterationTrace, NodeRetrieval, PrefillTrace
 
 
 @dataclass
@@ -26,6 +26,7 @@ class Decoded:
     sample: Sample
     tokens: list[int]                 # generated ids, as GenerationResult.tokens
     rounds: list[IterationTrace]      # one per draft-verify round, in order
+    prefill: PrefillTrace             # the record of the tokens before the rounds (GenerationResult.prefill)
 
 
 def held_out(n: int, seeds=eval_seeds) -> list[Sample]:
@@ -50,7 +51,7 @@ def decode_traced(pipe, samples: list[Sample], cfg: FoveaConfig, mode: str | Non
     for s in tqdm(samples, desc=f"decode {mode or cfg.retrieval.mode}", dynamic_ncols=True, leave=False):
         prompt = pipe.target.prepare(s.image, s.question)
         result = run(pipe.target, TreeDrafter(drafter, pipe.drafters[drafter]), prompt, cfg)
-        out.append(Decoded(s, result.tokens, result.iterations))
+        out.append(Decoded(s, result.tokens, result.iterations, result.prefill))
     return out
 
 
@@ -59,10 +60,10 @@ def root_retrieval(rec: IterationTrace) -> NodeRetrieval | None:
     return rec.retrieval.get(0)
 
 
-def first_emitted_positions(rounds: list[IterationTrace]) -> list[int]:
-    """Index in the generated tokens of each round's first emitted token. `start` emits token 0
-    from the prefill logits, so round 0 begins at 1; a round always emits >= 1 token."""
-    pos, out = 1, []
+def first_emitted_positions(prefill: PrefillTrace, rounds: list[IterationTrace]) -> list[int]:
+    """Index in the generated tokens of each round's first emitted token: the prefill's come first, and
+    a round always emits >= 1 token."""
+    pos, out = len(prefill.emitted), []
     for rec in rounds:
         out.append(pos)
         pos += len(rec.emitted)
