@@ -5,9 +5,11 @@
   bench ...            the decoding benchmark, its sweeps and profiles (`python -m fovea.bench`)
   analysis ood ...     the out-of-distribution score on generated vs photo-like images (fovea.analysis.ood)
   analysis locality .. focus locality after PRR (fovea.analysis.locality)
+  examples ...         rewrite the app's bundled examples, or with --looks the look sheets (fovea.data.examples)
 
-Each command's module keeps its own `main(argv)`; the older `python -m fovea.train` / `python -m
-fovea.bench` forms run the same code. The app's commands live beside it (`python app.py`,
+Each command's module keeps its own `main(argv)`, and a module run on its own (`python -m fovea.train`,
+`python -m fovea.bench`, `python -m fovea.data.examples`, ...) only calls it, so the older forms run the
+same code. The app's commands live beside it (`python app.py`,
 `python -m app.measure`, `python -m app.screenshots`): the library never imports gradio.
 """
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sys
 
 # command (and subcommand) -> the module whose main(argv) runs it
 COMMANDS = {("train",): "fovea.train", ("bench",): "fovea.bench", ("analysis", "ood"): "fovea.analysis.ood",
-            ("analysis", "locality"): "fovea.analysis.locality"}
+            ("analysis", "locality"): "fovea.analysis.locality", ("examples",): "fovea.data.examples"}
 
 
 def main(argv: list[str] | None = None) -> None:

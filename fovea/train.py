@@ -16,8 +16,15 @@ fit       - train a drafter from a dump, with accelerate; one YAML run config (f
 accept    - acceptance per draft position, tau, estimated speedup; --select picks a checkpoint
             (fovea.training.acceptance)
 diffusion - a masked-diffusion VLM adapted from the shipped target, for LATCH (fovea.training.diffusion)
-All are seeded, resumable from their --run-dir, show tqdm progress, and write checkpoints, a
-config and metrics.
+online    - train a drafter for any backbone on (image, question, answer) records, the target in the loop,
+            with accelerate (fovea.training.accelerate_train)
+records   - check a records file; --distill-out rewrites its answers as a target's own (fovea.training.records)
+dump-size - a dump's measured size per sample beside the formula's for 7B-class targets
+            (fovea.training.dump_size)
+diagnose  - why a target's lookups fail, teacher-forced on held-out questions (fovea.training.diagnose)
+curves    - a target run's training curves as one PNG (fovea.training.curves)
+Those that train are seeded, resumable from their --run-dir, show tqdm progress, and write checkpoints,
+a config and metrics. Each module run on its own (`python -m fovea.training.records`, ...) runs the same.
 """
 from __future__ import annotations
 
@@ -30,7 +37,9 @@ COMMANDS = {
     "evaluate": "fovea.training.evaluate", "drafter": "fovea.training.drafter_cli",
     "assistant": "fovea.training.assistant", "rebuild": "fovea.training.rebuild", "dump": "fovea.training.dump",
     "fit": "fovea.training.dump_train", "accept": "fovea.training.acceptance",
-    "diffusion": "fovea.training.diffusion",
+    "diffusion": "fovea.training.diffusion", "online": "fovea.training.accelerate_train",
+    "records": "fovea.training.records", "dump-size": "fovea.training.dump_size", "diagnose": "fovea.training.diagnose",
+    "curves": "fovea.training.curves",
 }
 
 

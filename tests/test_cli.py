@@ -1,4 +1,7 @@
-"""`python -m fovea <command>`: the one command line hands each command to its module's main."""
+"""`python -m fovea <command>`: the one command line hands each command to its module's main, and a
+module run on its own only calls its main."""
+from pathlib import Path
+
 import pytest
 
 from fovea.__main__ import COMMANDS, main
@@ -21,3 +24,40 @@ def test_an_unknown_command_lists_the_commands_and_none_prints_the_help(capsys):
     assert all(" ".join(words) in str(done.value) for words in COMMANDS)
     main([])
     assert "python -m fovea <command>" in capsys.readouterr().out
+
+
+ROOT = Path(__file__).resolve().parents[1]
+MAIN_BLOCK = 'if __name__ == "__main__":'
+
+
+def _runnable_modules() -> dict[str, str]:
+    """{module: what follows its `if __name__ == "__main__":`} for every such module in fovea/ and app/."""
+    out = {}
+    for path in [*ROOT.glob("fovea/**/*.py"), *ROOT.glob("app/*.py")]:
+        text = path.read_text()
+        if MAIN_BLOCK in text:
+            out[".".join(path.relative_to(ROOT).with_suffix("").parts)] = text.split(MAIN_BLOCK, 1)[1]
+    return out
+
+
+def test_a_module_run_on_its_own_only_calls_its_main():
+    assert {m: body.strip() for m, body in _runnable_modules().items() if body.strip() != "main()"} == {}
+
+
+def test_every_library_command_is_reachable_from_the_one_command_line():
+    from fovea import train
+
+    # fovea.bench.diffusion is `python -m fovea bench --diffusion`; the app's commands live beside the app
+    reachable = {"fovea.__main__", *COMMANDS.values(), *train.COMMANDS.values(), "fovea.bench.diffusion"}
+    library = {m for m in _runnable_modules() if m.startswith("fovea.")}
+    assert library - reachable == set()
+    for name in train.COMMANDS:
+        with pytest.raises(SystemExit) as done:
+            main(["train", name, "--help"])
+        assert done.value.code == 0, name
+
+
+def test_the_examples_command_parses_its_folder_and_looks_flag(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["examples", "--help"])
+    assert done.value.code == 0 and "--looks" in capsys.readouterr().out

@@ -2,15 +2,16 @@
 written as PNGs plus an examples.json that keeps each question's gold short answer, so a test can
 check that the shipped model answers its own examples right.
 
-`python -m fovea.data.examples [folder]` rewrites assets/examples; `python -m fovea.data.examples
---looks [folder]` rewrites assets/results/layouts, sheets of chart and scene images in training and
-held-out looks (fovea.data.looks) with a looks.json naming each tile's look. Knows nothing about models.
+`python -m fovea examples [folder]` rewrites assets/examples; `python -m fovea examples --looks
+[folder]` rewrites assets/results/layouts, sheets of chart and scene images in training and held-out
+looks (fovea.data.looks) with a looks.json naming each tile's look (`python -m fovea.data.examples`
+runs the same). Knows nothing about models.
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
 from PIL import Image
@@ -74,14 +75,21 @@ def write_look_sheets(folder: str | Path, per_sheet: int = 4) -> dict:
     return index
 
 
-if __name__ == "__main__":
-    looks = "--looks" in sys.argv[1:]
-    args = [a for a in sys.argv[1:] if a != "--looks"]
-    root = Path(__file__).resolve().parents[2] / "assets"
-    out = Path(args[0]) if args else root / ("results/layouts" if looks else "examples")
-    if looks:
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m fovea examples", description=__doc__.split("\n\n")[0])
+    p.add_argument("folder", nargs="?", type=Path,
+                   help="where to write (default assets/examples, with --looks assets/results/layouts)")
+    p.add_argument("--looks", action="store_true", help="write the look sheets instead of the app's examples")
+    args = p.parse_args(argv)
+    assets = Path(__file__).resolve().parents[2] / "assets"
+    out = args.folder or assets / ("results/layouts" if args.looks else "examples")
+    if args.looks:
         print(json.dumps(write_look_sheets(out), indent=1))
-    else:
-        for old in out.glob("*.png"):
-            old.unlink()
-        print(json.dumps(write_examples(out), indent=1))
+        return
+    for old in out.glob("*.png"):
+        old.unlink()
+    print(json.dumps(write_examples(out), indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,8 +1,10 @@
 """Train a FOVEA drafter for any supported backbone on (image, question, answer) records, with
 `accelerate`: the same command runs on 1 CPU, 1 GPU or many GPUs.
 
-    python -m fovea.training.accelerate_train --target PATH --records data.jsonl --out drafter_dir
-    accelerate launch --mixed_precision bf16 -m fovea.training.accelerate_train --target ... (same flags)
+    python -m fovea.train online --target PATH --records data.jsonl --out drafter_dir
+    accelerate launch --mixed_precision bf16 -m fovea.train online --target ... (same flags)
+
+(`-m fovea.training.accelerate_train` in place of `-m fovea.train online` runs the same.)
 
 Each batch: the frozen target runs teacher-forced on prompt + answer (`target_artifacts`: its
 last hidden states, logits and visual tokens), then the drafter takes the two-step FOVEA loss
@@ -204,7 +206,7 @@ def latest_checkpoint(ckpt_dir: Path) -> Path | None:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m fovea.training.accelerate_train", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m fovea.train online", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", required=True, help="target checkpoint folder or Hub id (see fovea.backbones)")
     p.add_argument("--records", type=Path, required=True, help="JSONL of image/question/answer records")

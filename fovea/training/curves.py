@@ -1,4 +1,4 @@
-"""`python -m fovea.training.curves RUN_DIR [RUN_DIR ...] [--out PNG]`: the training curves of a
+"""`python -m fovea.train curves RUN_DIR [RUN_DIR ...] [--out PNG]`: the training curves of a
 target run (`python -m fovea.train target` or `deep`) as one PNG (drawn with Pillow, no plotting dependency): the loss, the held-out
 teacher-forced mention-token accuracy per task family, the per-patch probe accuracy per label kind
 and, when the run supervised attention, the grounding mass per decoder layer, against the step.
@@ -108,7 +108,7 @@ def draw(runs: Path | list[Path], out: Path) -> Path:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m fovea.training.curves", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m fovea.train curves", description=__doc__)
     p.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
     p.add_argument("--out", type=Path, help="PNG path (default: the last RUN_DIR/curves.png)")
     args = p.parse_args(argv)

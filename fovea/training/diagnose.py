@@ -1,4 +1,4 @@
-"""`python -m fovea.training.diagnose --target DIR`: why a target's lookups fail, teacher-forced on
+"""`python -m fovea.train diagnose --target DIR`: why a target's lookups fail, teacher-forced on
 held-out questions.
 
 - **By mention kind:** per task, the share of mention tokens predicted right, split by what they
@@ -99,7 +99,7 @@ def found_or_read(model, tokenizer, n: int = 24) -> dict:
 def main(argv=None) -> None:
     from transformers import LlavaForConditionalGeneration
 
-    p = argparse.ArgumentParser(prog="python -m fovea.training.diagnose", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m fovea.train diagnose", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", type=Path, required=True, help="an exported target folder")
     p.add_argument("--n", type=int, default=12, help="held-out questions per task")

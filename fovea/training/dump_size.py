@@ -1,4 +1,4 @@
-"""`python -m fovea.training.dump_size --dumps DIR --out assets/results/dumps`: the measured size (and
+"""`python -m fovea.train dump-size --dumps DIR --out assets/results/dumps`: the measured size (and
 speed) of an existing dump per sample, beside the size the formula gives for 7B-class targets.
 
 Per sample, tensors only (`fovea.training.dump.bytes_per_sample`, ~0.5 KB of header on top):
@@ -83,7 +83,7 @@ def markdown(report: dict) -> str:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m fovea.training.dump_size", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m fovea.train dump-size", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dumps", type=Path, required=True, help="a dump folder (python -m fovea.train dump)")
     p.add_argument("--out", type=Path, default=Path("assets/results/dumps"))

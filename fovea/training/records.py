@@ -4,7 +4,7 @@ One record per line, image paths relative to the images folder (default: the JSO
     {"image": "images/0001.png", "question": "What colour is the car?", "answer": "Red."}
 `load_records` validates every line and reports the bad ones with line numbers and what to fix;
 `Collator` turns records into teacher-forced batches for a target (prompt + answer + EOS, labels on
-the answer only, the backbone's batched image inputs). `python -m fovea.training.records` checks a
+the answer only, the backbone's batched image inputs). `python -m fovea.train records` checks a
 file, and with --distill-out rewrites the answers as the target's own greedy outputs (the usual
 data for training a drafter). Knows nothing about drafters.
 """
@@ -178,7 +178,7 @@ def _relative(path: Path, root: Path) -> str:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m fovea.training.records", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m fovea.train records", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--records", type=Path, required=True, help="JSONL of image/question/answer records")
     p.add_argument("--images-dir", type=Path, help="folder the image paths are relative to (default: the JSONL's)")
