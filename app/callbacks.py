@@ -2,13 +2,15 @@
 records to the pure renderers in `app.render`, `app.tree`, `app.vision`, `app.focus` and `app.plots`.
 
 Per-user data lives in a `app.session.Session` carried by `gr.State`; the `Callbacks` object only
-holds the shared, read-only pipeline. Every decode, of every method and repeat, goes through
+holds the shared, read-only pipeline (and the diffusion model, when one is loaded: its view is drawn
+from the decode's per-step trace by `app.diffusion_view`). Every decode, of every method and repeat, goes through
 `_stream` (one decode thread, the same streaming, records timing themselves), so the methods are
 timed the same way; the headline comes from repeats during which nothing is rendered. Bad input becomes a `gr.Error` with the library's sentence; any other failure
 is logged with its traceback and shown as a short generic message.
 """
 from __future__ import annotations
 
+import functools
 import html
 import logging
 import random
@@ -19,7 +21,8 @@ from pathlib import Path
 
 import gradio as gr
 
-from app import metrics, plots
+from app import diffusion_view, metrics, plots
+from app.diffusion_view import DECODINGS, FULL, Decode
 from app.focus import step_for_token
 from app.session import (AUTOREGRESSIVE, FOVEA, LANE_NAMES, NO_CORRECTION, Session, from_trace_file, image_sha,
                          new_session)
@@ -27,10 +30,11 @@ from app.settings import (SETTING_NAMES, SettingsError, config_from_settings, dr
                           variant_config)
 from app.streaming import BackgroundStream, run_on_decode_thread
 from app.timing import Timings, keep_timing
-from app.views import (cleared_outputs, export_files, final_outputs, focus_view, lane, live_outputs, ood_html,
-                       pack)
+from app.views import (cleared_outputs, diffusion_cleared, diffusion_pack, export_files, final_outputs, focus_view,
+                       lane, live_outputs, ood_html, pack)
 from fovea.config import FoveaConfig
 from fovea.data import EVAL_SEED_START
+from fovea.diffusion import DEFAULT_DIFFUSION_DIR, DiffusionDecodeConfig, diffusion_generate, question_task
 from fovea.methods import CONTEXTS, METHODS, Method
 from fovea.ood import check_world
 from fovea.pipeline import InputError
@@ -85,6 +89,14 @@ def _step_index(index, steps: int) -> int:
     return int(value)
 
 
+def _shown_path(folder) -> str:
+    """A folder as a message shows it: relative to the working directory when inside it."""
+    try:
+        return str(Path(folder).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(folder)
+
+
 def _drain(gen):
     """Run a generator to its end, dropping what it yields; return its return value."""
     while True:
@@ -103,9 +115,17 @@ def _materialized(result):
 
 
 class Callbacks:
-    def __init__(self, pipeline, cap: int, context: str | None = None):
+    def __init__(self, pipeline, cap: int, context: str | None = None, diffusion=None,
+                 diffusion_folder=DEFAULT_DIFFUSION_DIR, diffusion_reason: str = ""):
         self.pipeline = pipeline
         self.cap = cap
+        # the masked-diffusion model (a fovea.diffusion.DiffusionVLM) or None, and what to say then
+        self.diffusion = diffusion
+        diffusion_folder = _shown_path(diffusion_folder)
+        self.diffusion_missing = ("" if diffusion is not None else
+                                  diffusion_view.missing_model_text(str(diffusion_folder), diffusion_reason))
+        self.diffusion_notice = ("" if diffusion is not None else
+                                 diffusion_view.missing_model_html(str(diffusion_folder), diffusion_reason))
         # the drafter contexts this pipeline has a FOVEA drafter for; the default one is `context`, else
         # the app's measured fastest where loaded
         self.contexts = tuple(name for name, c in CONTEXTS.items() if c.fovea in pipeline.drafters)
@@ -123,6 +143,8 @@ class Callbacks:
         image, question = self.pipeline.random_example("scene", EVAL_SEED_START)
         for context in self.contexts:
             _drain(self._request(image, question, config, 1, context))
+        if self.diffusion is not None:
+            _drain(self._diffusion_request(image, question, "latch", 1))
         return time.perf_counter() - t0
 
     def _validate(self, image, question, settings: dict):
@@ -216,6 +238,75 @@ class Callbacks:
             return live_outputs(self.pipeline, img, method, run, lanes, f"live pass (shown, not timed): "
                                 f"{LANE_NAMES[method]}…", strings)
         return live
+
+    # ---- Diffusion: one recorded decode shown, then the decodings timed interleaved ------------
+    def check_diffusion(self, image, question, decoding, repeats=None) -> None:
+        """The UI's fast pre-step of a diffusion Run (no model, or a bad input: its gr.Error)."""
+        self._validate_diffusion(image, question, decoding, repeats)
+
+    def run_diffusion(self, image, question, decoding="latch", repeats=None):
+        """Generator over DIFFUSION_OUTPUTS tuples: the chosen diffusion decoding's recorded trajectory,
+        then interleaved timed repeats of it, the full schedule and the autoregressive target."""
+        img, q, decoding, n_repeats = self._validate_diffusion(image, question, decoding, repeats)
+        yield from self._diffusion_request(img, q, decoding, n_repeats)
+
+    def cleared_diffusion(self):
+        """What a refused diffusion request leaves on screen: nothing of the previous one."""
+        return diffusion_cleared(self.diffusion_notice, status="Press Run to decode.")
+
+    def _validate_diffusion(self, image, question, decoding, repeats):
+        if self.diffusion is None:
+            raise gr.Error(html.escape(self.diffusion_missing, quote=False), title="No diffusion model",
+                           print_exception=False)
+        with user_errors("reading your input"):
+            img = self.pipeline.validate_image(_image_path(image))
+            q = self.pipeline.validate_question(question)
+            if decoding not in DECODINGS:
+                raise InputError(f"Choose a diffusion decoding ({', '.join(DECODINGS)}); got {decoding!r}.")
+            n_repeats = timing_repeats({"repeats": repeats})
+        return img, q, decoding, n_repeats
+
+    def _diffusion_request(self, img, q, decoding: str, n_repeats: int):
+        """The recorded decode (shown, not timed), then up to `n_repeats` interleaved timed repeats of the
+        chosen decoding, the full schedule and the autoregressive target; yields DIFFUSION_OUTPUTS tuples."""
+        model, task = self.diffusion, question_task(q)
+        configs = {m: DiffusionDecodeConfig.from_name(m) for m in (decoding, FULL)}
+        notices = ood_html(check_world(img), self.pipeline.unknown_word_share(q))
+        yield diffusion_cleared(notices, "the recorded decode (shown, not timed)…")
+        with user_errors("decoding"):
+            shown = run_on_decode_thread(lambda: diffusion_generate(model, img, q, configs[decoding], task=task, record=True))
+            stop = functools.partial(diffusion_view.stop_html, shown.steps, shown.stopped_by, configs[decoding], task,
+                                     model.token_text.pieces, model.eos_id, text=shown.text)
+            grid = diffusion_view.trajectory_html(shown.steps, model.token_text.pieces, model.eos_id,
+                                                  configs[decoding].schedule.block_length)
+            yield diffusion_pack(diffusion_stop=stop(), diffusion_grid=grid)
+            methods = list(dict.fromkeys((decoding, FULL, AUTOREGRESSIVE)))
+            decodes, timings, t0 = {}, Timings(), time.perf_counter()
+            for r in range(n_repeats):
+                if not keep_timing(r, time.perf_counter() - t0):
+                    break
+                yield diffusion_pack(diffusion_metrics=diffusion_view.speed_html(decoding, {}, None, (
+                    f"timing run {r + 1} of up to {n_repeats}: the decodings in turn, nothing rendered meanwhile…")))
+                for method in interleaved_order(methods, r):
+                    decode, tokens_per_s = self._timed_decode(img, q, method, configs, task)
+                    timings.add(r, method, tokens_per_s)
+                    decodes.setdefault(method, decode)
+            summary = diffusion_view.summary(decoding, shown.steps, decodes, timings, task=task, question=q,
+                                             image_sha=image_sha(img))
+            yield diffusion_pack(diffusion_notice=notices, diffusion_metrics=diffusion_view.speed_html(
+                decoding, decodes, timings), diffusion_stop=stop(full=decodes[FULL]), diffusion_grid=grid,
+                diffusion_summary=summary)
+
+    def _timed_decode(self, img, q, method: str, configs: dict, task: str | None) -> tuple[Decode, float]:
+        """One timed decode on the decode thread: (its counts, answer tokens per second, prefill included;
+        the EOS is not an answer token, as in `python -m fovea.bench --diffusion`)."""
+        if method == AUTOREGRESSIVE:
+            cfg = FoveaConfig().replace(decoding=dict(max_new_tokens=min(self.diffusion.canvas.length, self.cap)))
+            r = run_on_decode_thread(lambda: self.pipeline.generate(img, q, cfg, METHODS[AUTOREGRESSIVE]))
+            n = len(r.tokens) - (r.finish_reason == "eos")
+            return Decode(r.target_forwards, n, r.finish_reason, r.text), n / r.wall_s if r.wall_s > 0 else 0.0
+        r = run_on_decode_thread(lambda: diffusion_generate(self.diffusion, img, q, configs[method], task=task))
+        return Decode(r.nfe, r.answer_tokens, r.stopped_by, r.text), r.answer_tokens / max(r.seconds, 1e-9)
 
     # ---- Focus: scrubber, token click, player -------------------------------------------------
     def scrub(self, index, session: Session | None):

@@ -2,7 +2,9 @@
 `launch_kwargs()` the theme/css/safety arguments for `launch()`.
 
 No logic here beyond wiring: handlers live in `app.callbacks`, renderers in `app.render`,
-`app.focus` and `app.plots`. Building the layout loads no model; the pipeline comes in.
+`app.focus`, `app.plots` and `app.diffusion_view`. Building the layout loads no model; the pipeline
+(and the diffusion model, when there is one) comes in. The decoding-family choice shows either
+FOVEA's Run and outputs or the diffusion view's, on the same image and question.
 """
 from __future__ import annotations
 
@@ -14,18 +16,20 @@ from pathlib import Path
 
 import gradio as gr
 
-from app import metrics, plots, render
+from app import diffusion_view, metrics, plots, render
 from app.callbacks import Callbacks
-from app.settings import COMPARE_VARIANTS, context_defaults, settings_panel
-from app.views import FOCUS_OUTPUTS, RACE_NOTE, RUN_OUTPUTS
+from app.settings import COMPARE_VARIANTS, SETTING_NAMES, context_defaults, settings_panel
+from app.views import (DIFFUSION_FAMILY, DIFFUSION_OUTPUTS, FOCUS_OUTPUTS, FOVEA_FAMILY, RACE_NOTE, RUN_OUTPUTS,
+                       family_visibility)
 from app.vision import race_html, vision_html
 from fovea.config import FoveaConfig
+from fovea.diffusion import DEFAULT_DIFFUSION_DIR
 
 log = logging.getLogger("fovea.app")
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES_DIR = ROOT / "assets" / "examples"
-CSS_PATH = Path(__file__).with_name("studio.css")
+CSS_PATHS = [Path(__file__).with_name("studio.css"), Path(__file__).with_name("diffusion.css")]
 DEFAULT_CONCURRENCY = 2          # requests served at once (decodes take turns on one decode thread)
 QUEUE_MAX_SIZE = 64
 HEADER = """# FOVEA Studio
@@ -36,7 +40,10 @@ visual tokens (its *fovea*) and adds a gated correction. Upload an image, ask a 
 **The bundled model knows only its synthetic world.** It was trained from scratch on generated shape scenes,
 rendered text and bar charts; on photos its answers are guesses (the app warns when an upload looks unlike that
 world). Decoding is still shown faithfully. For photos, start the app with a real backbone
-(`python app.py --target <LLaVA-NeXT or Qwen2.5-VL folder> --drafter <its drafter>`)."""
+(`python app.py --target <LLaVA-NeXT or Qwen2.5-VL folder> --drafter <its drafter>`).
+
+Pick **Diffusion with LATCH** under *Decoding family* to answer the same question with a masked-diffusion model
+instead, and see each denoising step, the candidate span LATCH watches, and when and why it stopped early."""
 # Delegated click handler: the answer HTML re-renders on every streamed round, the root element stays.
 TOKEN_CLICK_JS = """
 element.addEventListener('click', (e) => {
@@ -62,7 +69,7 @@ def launch_kwargs() -> dict:
     # system fonts: the page fetches nothing from font CDNs
     theme = gr.themes.Soft(primary_hue="teal", secondary_hue="amber", font=["ui-sans-serif", "system-ui", "sans-serif"],
                            font_mono=["ui-monospace", "SFMono-Regular", "monospace"])
-    return dict(theme=theme, css_paths=[CSS_PATH],
+    return dict(theme=theme, css_paths=CSS_PATHS,
                 share=False, ssr_mode=False, show_error=True, footer_links=["api"])
 
 
@@ -78,12 +85,15 @@ def serve_in_background(demo: gr.Blocks) -> str:
 
 
 def build_demo(pipeline, concurrency_limit: int = DEFAULT_CONCURRENCY,
-               initial: FoveaConfig | None = None, warm_up: bool = True, context: str | None = None) -> gr.Blocks:
+               initial: FoveaConfig | None = None, warm_up: bool = True, context: str | None = None,
+               diffusion=None, diffusion_folder=DEFAULT_DIFFUSION_DIR, diffusion_reason: str = "") -> gr.Blocks:
     """The app over a ready pipeline; `initial` sets what the Settings controls show at load, and
     `context` the drafter context selected (default: the measured fastest of those loaded).
+    `diffusion` is the masked-diffusion model of the diffusion view (None: the view says that none was
+    found at `diffusion_folder`, and why, and how to train one).
     `warm_up` runs every decode path once first, so the first request is timed like the rest."""
     cap = pipeline.max_new_tokens_cap
-    cb = Callbacks(pipeline, cap, context)
+    cb = Callbacks(pipeline, cap, context, diffusion, diffusion_folder, diffusion_reason)
     initial = initial or context_defaults(cb.default_context)
     if warm_up:
         log.info("warmed up the %s drafter context(s) in %.1f s", ", ".join(cb.contexts), cb.warm_up(initial))
@@ -94,8 +104,11 @@ def build_demo(pipeline, concurrency_limit: int = DEFAULT_CONCURRENCY,
             with gr.Column(scale=2, min_width=320):
                 inputs = _input_column(cap, initial, cb.contexts, cb.default_context)
             with gr.Column(scale=5, min_width=480):
-                c = _output_column()
-        c["session"] = session
+                with gr.Column(elem_id="fv-fovea-view") as fovea_view:
+                    c = _output_column()
+                with gr.Column(visible=False, elem_id="fv-diffusion-view") as diffusion_panel:
+                    c.update(_diffusion_column(cb.diffusion_notice))
+        c["session"], c["fovea_view"], c["diffusion_view"] = session, fovea_view, diffusion_panel
         _wire(cb, inputs, c, concurrency_limit)
     demo.queue(default_concurrency_limit=concurrency_limit, max_size=QUEUE_MAX_SIZE)
     return demo
@@ -108,7 +121,14 @@ def _input_column(cap: int, initial: FoveaConfig, contexts: tuple[str, ...], con
                              elem_id="fv-image")
             question = gr.Textbox(label="Question", lines=2, max_lines=4, elem_id="fv-question",
                                   placeholder="e.g. Where is the red square?")
+            family = gr.Radio([FOVEA_FAMILY, DIFFUSION_FAMILY], value=FOVEA_FAMILY, label="Decoding family",
+                              elem_id="fv-family")
             run = gr.Button("Run", variant="primary", elem_id="fv-run")
+            with gr.Column(visible=False, elem_id="fv-diffusion-controls") as diffusion_controls:
+                decoding = gr.Dropdown([(label, name) for name, label in diffusion_view.DECODINGS.items()],
+                                       value="latch", label="Diffusion decoding", elem_id="fv-decoding",
+                                       info="timed against the full schedule and the autoregressive target")
+                run_diffusion = gr.Button("Run", variant="primary", elem_id="fv-run-diffusion")
             with gr.Row():
                 randoms = {family: gr.Button(f"Random {label}", size="sm", min_width=60,
                                               elem_id=f"fv-random-{family}")
@@ -128,7 +148,8 @@ def _input_column(cap: int, initial: FoveaConfig, contexts: tuple[str, ...], con
             upload = gr.File(label="Trace to view (.json)", file_types=[".json"], type="filepath",
                              elem_id="fv-import-file")
             view = gr.Button("View trace", variant="secondary", elem_id="fv-import")
-    return dict(image=image, question=question, run=run, randoms=randoms, settings=settings, export=export,
+    return dict(image=image, question=question, family=family, run=run, diffusion_controls=diffusion_controls,
+                decoding=decoding, run_diffusion=run_diffusion, randoms=randoms, settings=settings, export=export,
                 exported=exported, upload=upload, view=view)
 
 
@@ -161,6 +182,20 @@ def _output_column() -> dict:
             _analysis_tab(c)
     c["timer"] = gr.Timer(0.8, active=False)
     return c
+
+
+def _diffusion_column(notice: str) -> dict:
+    """The diffusion view: notices (or what is missing), the timed speed table, why decoding stopped, and
+    the step x position grid of the recorded decode."""
+    d = {"diffusion_notice": _html(notice, label="Diffusion notices", elem_id="fv-diffusion-notice"),
+         "diffusion_metrics": _html(diffusion_view.speed_html("", {}, None), label="Diffusion speed",
+                                    elem_id="fv-diffusion-metrics"),
+         "diffusion_stop": _html("", label="When and why decoding stopped", elem_id="fv-diffusion-stop"),
+         "diffusion_grid": _html(diffusion_view.trajectory_html([], [], 0, 1), label="Denoising trajectory",
+                                 elem_id="fv-diffusion-grid")}
+    with gr.Accordion("Figures of the last diffusion request (the API's JSON output)", open=False):
+        d["diffusion_summary"] = gr.JSON(label="Figures of the last diffusion request", show_label=False)
+    return d
 
 
 def _focus_tab(c: dict) -> None:
@@ -209,10 +244,10 @@ def _wire(cb: Callbacks, i: dict, c: dict, limit: int) -> None:
                     concurrency_id="decode", concurrency_limit=limit)
     # a rejected input clears the previous request's results (they belong to another input)
     clear_args = dict(fn=cb.cleared, inputs=None, outputs=run_outputs, api_name=False, show_progress="hidden")
-    for event in (i["run"].click, i["question"].submit):
-        checked = event(**check_args)
-        checked.success(**run_args, api_name="run" if event == i["run"].click else False)
-        checked.failure(**clear_args)
+    checked = i["run"].click(**check_args)
+    checked.success(**run_args, api_name="run")
+    checked.failure(**clear_args)
+    _wire_diffusion(cb, i, c, limit)
     for family, button in i["randoms"].items():
         button.click(functools.partial(cb.random_example, family), None, [i["image"], i["question"]],
                      api_name=f"random_{family}")
@@ -230,3 +265,24 @@ def _wire(cb: Callbacks, i: dict, c: dict, limit: int) -> None:
                     concurrency_limit=8)
     c["compare"].click(cb.compare, [c["variant"], c["session"]], [c["compare_html"], c["compare_plot"], c["session"]],
                        api_name="compare", concurrency_id="decode", concurrency_limit=limit)
+
+
+# Enter in the question box presses the Run button of the family shown (the other one is hidden)
+SUBMIT_JS = """() => {
+  const run = [...document.querySelectorAll('#fv-run, #fv-run-diffusion')].find((b) => b.offsetParent !== null);
+  if (run) run.click();
+}"""
+
+
+def _wire_diffusion(cb: Callbacks, i: dict, c: dict, limit: int) -> None:
+    """The decoding-family switch, Enter in the question box, and the diffusion view's Run."""
+    i["family"].change(family_visibility, i["family"], [i["run"], i["diffusion_controls"], c["fovea_view"],
+                                                        c["diffusion_view"]], api_name=False, show_progress="hidden")
+    i["question"].submit(None, None, None, js=SUBMIT_JS, api_name=False)
+    inputs = [i["image"], i["question"], i["decoding"], i["settings"][SETTING_NAMES.index("repeats")]]
+    outputs = [c[name] for name in DIFFUSION_OUTPUTS]
+    checked = i["run_diffusion"].click(cb.check_diffusion, inputs, None, preprocess=False, api_name=False,
+                                       show_progress="hidden")
+    checked.success(cb.run_diffusion, inputs, outputs, preprocess=False, api_name="run_diffusion",
+                    concurrency_id="decode", concurrency_limit=limit)
+    checked.failure(cb.cleared_diffusion, None, outputs, api_name=False, show_progress="hidden")

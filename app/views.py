@@ -1,7 +1,8 @@
 """What the app's output components show, as tuples in RUN_OUTPUTS order: cleared at the start of
 a run, live while methods stream, and final from a `Session` (a fresh run or an imported trace,
-which therefore look the same). Calls the pure renderers; gradio appears only as output updates
-(`gr.skip`, `gr.Slider`).
+which therefore look the same); and the diffusion view's, in DIFFUSION_OUTPUTS order
+(`app.diffusion_view` renders them). Calls the pure renderers; gradio appears only as output
+updates (`gr.skip`, `gr.Slider`, visibility).
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from app import metrics, plots, render
+from app import diffusion_view, metrics, plots, render
 from app.focus import heatmap_overlay, step_caption, trajectory_gif
 from app.session import AUTOREGRESSIVE, FOVEA, LANE_NAMES, NO_CORRECTION, Session, to_trace_file
 from app.tree import node_text
@@ -25,6 +26,10 @@ RUN_OUTPUTS = ("answer", "baseline", "metrics", "heatmap", "caption", "tree", "s
                "filmstrip", "accept_plot", "hist_plot", "timing_plot", "summary", "compare_html",
                "compare_plot", "ood", "race", "vision", "session")
 FOCUS_OUTPUTS = ("heatmap", "caption", "tree")
+# outputs of `run_diffusion`, in order (the diffusion view's components in `app.ui`)
+DIFFUSION_OUTPUTS = ("diffusion_notice", "diffusion_metrics", "diffusion_stop", "diffusion_grid", "diffusion_summary")
+# the decoding families of the studio: the input and output groups each one shows (`family_visibility`)
+FOVEA_FAMILY, DIFFUSION_FAMILY = "FOVEA speculative", "Diffusion with LATCH"
 RACE_NOTE = ("The methods run one after another on the same decode thread (never at once, so none slows "
              "another); while they stream, each bar is the live pass's own time.")
 
@@ -160,3 +165,22 @@ def export_files(s: Session, folder: Path, image_size: int | None) -> list[str]:
     gif = folder / "fovea_focus.gif"
     trajectory_gif(s.image, s.trajectory, s.memory_grid, gif, [step_label(s, i) for i in range(len(s.trajectory))])
     return [str(trace), str(gif)]
+
+
+# ---- the diffusion view -------------------------------------------------------------------------
+def diffusion_pack(**values) -> tuple:
+    return tuple(values[n] if n in values else gr.skip() for n in DIFFUSION_OUTPUTS)
+
+
+def diffusion_cleared(notice: str = "", status: str = "decoding…") -> tuple:
+    """A diffusion request starts, or was refused: nothing of the previous one stays on screen."""
+    return diffusion_pack(diffusion_notice=notice, diffusion_metrics=diffusion_view.speed_html("", {}, None, status),
+                          diffusion_stop="", diffusion_grid=diffusion_view.trajectory_html([], [], 0, 1),
+                          diffusion_summary=None)
+
+
+def family_visibility(family: str) -> tuple:
+    """(FOVEA's Run, the diffusion controls, FOVEA's outputs, the diffusion view): what each family shows."""
+    diffusion = family == DIFFUSION_FAMILY
+    return (gr.Button(visible=not diffusion), gr.Column(visible=diffusion), gr.Column(visible=not diffusion),
+            gr.Column(visible=diffusion))

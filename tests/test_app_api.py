@@ -186,6 +186,18 @@ def test_a_photo_like_upload_gets_the_out_of_distribution_warning(light_client, 
     assert "one timed run" in final[OUT["metrics"]]
 
 
+def test_without_a_diffusion_model_the_diffusion_run_says_what_is_missing(light_client):
+    """This module's app has no diffusion model: /run_diffusion answers with what is missing and the
+    command that trains one, and the next FOVEA request still works."""
+    with pytest.raises(AppError, match="No diffusion model is loaded") as err:
+        light_client.predict(handle_file(EXAMPLE), "Where is the orange triangle?", "latch", 1,
+                             api_name="/run_diffusion")
+    assert "python -m fovea.train diffusion" in str(err.value) and "docs/latch.md" in str(err.value)
+    assert "Traceback" not in str(err.value)
+    _, final = run(light_client, max_new_tokens=2)
+    assert final[OUT["summary"]]["speedup"] is not None
+
+
 def test_every_api_output_is_named(app_url):
     info = Client(app_url, analytics_enabled=False, verbose=False, download_files=False).view_api(
         print_info=False, return_format="dict")
