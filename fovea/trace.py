@@ -133,12 +133,9 @@ class _Listed:
         obj.__dict__[self.slot] = value
 
 
-@dataclass
-class PrefillTrace:
-    """The prefill: one target forward over the prompt and the first answer token."""
-    token: int
-    ms: float = 0.0
-    finish: str | None = None         # "eos" or "length" when this token ended the run
+class _OneToken:
+    """A record of one target forward that emitted one token, `token`, and holds no tensors."""
+    origin = "target"                 # how its token came (`origins`)
 
     @property
     def emitted(self) -> list[int]:
@@ -146,15 +143,23 @@ class PrefillTrace:
 
     @property
     def origins(self) -> list[str]:
-        """How each emitted token came: from the target's prefill."""
-        return ["prefill"]
+        return [self.origin]
 
     @property
     def mentioned_ids(self) -> set[int]:
         return {self.token}
 
-    def materialize(self) -> "PrefillTrace":
-        return self          # holds no tensors
+    def materialize(self):
+        return self
+
+
+@dataclass
+class PrefillTrace(_OneToken):
+    """The prefill: one target forward over the prompt and the first answer token."""
+    token: int
+    ms: float = 0.0
+    finish: str | None = None         # "eos" or "length" when this token ended the run
+    origin = "prefill"
 
     def fold_into(self, acc: "Accumulator") -> None:
         acc.prefill = self
@@ -241,32 +246,16 @@ class IterationTrace:
 
 
 @dataclass
-class StepTrace:
-    """One autoregressive step (the baseline): one target forward, one token."""
+class StepTrace(_OneToken):
+    """One autoregressive step (the baseline): one target forward, one token, from the target itself."""
     step: int
     token: int
     forward_ms: float
     finish: str | None = None
 
     @property
-    def emitted(self) -> list[int]:
-        return [self.token]
-
-    @property
     def ms(self) -> float:
         return self.forward_ms
-
-    @property
-    def origins(self) -> list[str]:
-        """How each emitted token came: from the target itself."""
-        return ["target"]
-
-    @property
-    def mentioned_ids(self) -> set[int]:
-        return {self.token}
-
-    def materialize(self) -> "StepTrace":
-        return self          # holds no tensors
 
     def fold_into(self, acc: "Accumulator") -> None:
         acc.tokens.append(self.token)
