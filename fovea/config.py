@@ -178,7 +178,7 @@ class DrafterConfig:
     num_heads: int = 8
     num_kv_heads: int = 8
     intermediate_size: int = 1376
-    num_layers: int = 1
+    num_layers: int = ranged(1, 1, 2)
     vocab_size: int = 2048
     memory_dim: int = 512   # width of the projected visual tokens
     rope_theta: float = 10000.0
@@ -195,13 +195,12 @@ class DrafterConfig:
 
     def __post_init__(self) -> None:
         if self.context not in DRAFTER_CONTEXTS:
-            raise ValueError(f"drafter context must be one of {DRAFTER_CONTEXTS}, got {self.context!r}")
+            raise ValueError(f"drafter.context must be one of {DRAFTER_CONTEXTS}, got {self.context!r}")
         if self.memory_source not in MEMORY_SOURCES:
-            raise ValueError(f"drafter memory_source must be one of {MEMORY_SOURCES}, got {self.memory_source!r}")
+            raise ValueError(f"drafter.memory_source must be one of {MEMORY_SOURCES}, got {self.memory_source!r}")
         if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
             raise ValueError("hidden_size must divide by num_heads, and num_heads by num_kv_heads")
-        if not 1 <= self.num_layers <= 2:
-            raise ValueError(f"drafter num_layers must be 1 or 2, got {self.num_layers}")
+        check_ranges(self)
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,7 @@ import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from fovea.config import (DRAFTER_CONTEXTS, MEMORY_SOURCES, CorrectionConfig, RetrievalConfig, TreeConfig, check_ranges,
-                          ranged)
+from fovea.config import CorrectionConfig, DrafterConfig, RetrievalConfig, TreeConfig, check_ranges, ranged
 
 DUMP_DTYPES = ("float16", "bfloat16")
 RESOLVED_NAME = "run_config.yaml"
@@ -71,12 +70,8 @@ class DrafterSpec:
     memory_source: str = "projected"  # "hidden": the memory is the target's last-layer image states
 
     def __post_init__(self) -> None:
-        if self.context not in DRAFTER_CONTEXTS:
-            raise ValueError(f"drafter.context must be one of {DRAFTER_CONTEXTS}, got {self.context!r}")
-        if self.memory_source not in MEMORY_SOURCES:
-            raise ValueError(f"drafter.memory_source must be one of {MEMORY_SOURCES}, got {self.memory_source!r}")
-        if not 1 <= self.num_layers <= 2:
-            raise ValueError(f"drafter.num_layers must be 1 or 2, got {self.num_layers}")
+        # the drafter's own config checks these fields (the rest of it comes from the target)
+        DrafterConfig(num_layers=self.num_layers, context=self.context, memory_source=self.memory_source)
 
 
 @dataclass(frozen=True)
