@@ -114,7 +114,7 @@ def trajectory_html(steps, pieces: list[str], eos_id: int, block_length: int) ->
         return '<div class="fv-empty">Run a diffusion decode to see its denoising trajectory.</div>'
     length = len(steps[0].prediction)
     final = (length - 1) // block_length
-    columns = f"grid-template-columns:96px repeat({length},42px)"
+    columns = f"grid-template-columns:132px repeat({length},42px)"
     blocks = "".join(
         f'<span class="fv-dblock-head" style="grid-column:span {min(block_length, length - b * block_length)}">'
         f'block {b}{" (final: only CVC ends it early)" if b == final else ""}</span>' for b in range(final + 1))

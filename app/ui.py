@@ -247,7 +247,7 @@ def _wire(cb: Callbacks, i: dict, c: dict, limit: int) -> None:
     checked = i["run"].click(**check_args)
     checked.success(**run_args, api_name="run")
     checked.failure(**clear_args)
-    _wire_diffusion(cb, i, c, limit)
+    _wire_diffusion(cb, i, c, limit, clear_args)
     for family, button in i["randoms"].items():
         button.click(functools.partial(cb.random_example, family), None, [i["image"], i["question"]],
                      api_name=f"random_{family}")
@@ -267,20 +267,25 @@ def _wire(cb: Callbacks, i: dict, c: dict, limit: int) -> None:
                        api_name="compare", concurrency_id="decode", concurrency_limit=limit)
 
 
-# Enter in the question box presses the Run button of the family shown (the other one is hidden)
+# Submitting the question box (Shift+Enter: it has two lines) presses the Run button of the family shown
+# (the other one is hidden)
 SUBMIT_JS = """() => {
   const run = [...document.querySelectorAll('#fv-run, #fv-run-diffusion')].find((b) => b.offsetParent !== null);
   if (run) run.click();
 }"""
 
 
-def _wire_diffusion(cb: Callbacks, i: dict, c: dict, limit: int) -> None:
-    """The decoding-family switch, Enter in the question box, and the diffusion view's Run."""
+def _wire_diffusion(cb: Callbacks, i: dict, c: dict, limit: int, clear_fovea: dict) -> None:
+    """The decoding-family switch, submitting the question box, and the diffusion view's Run. A Run of
+    either family is a new request: it clears the other family's results too (they may belong to
+    another input), so nothing of an earlier request waits behind the switch."""
     i["family"].change(family_visibility, i["family"], [i["run"], i["diffusion_controls"], c["fovea_view"],
                                                         c["diffusion_view"]], api_name=False, show_progress="hidden")
     i["question"].submit(None, None, None, js=SUBMIT_JS, api_name=False)
     inputs = [i["image"], i["question"], i["decoding"], i["settings"][SETTING_NAMES.index("repeats")]]
     outputs = [c[name] for name in DIFFUSION_OUTPUTS]
+    i["run"].click(cb.cleared_diffusion, None, outputs, api_name=False, show_progress="hidden")
+    i["run_diffusion"].click(**clear_fovea)
     checked = i["run_diffusion"].click(cb.check_diffusion, inputs, None, preprocess=False, api_name=False,
                                        show_progress="hidden")
     checked.success(cb.run_diffusion, inputs, outputs, preprocess=False, api_name="run_diffusion",

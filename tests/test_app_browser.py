@@ -15,9 +15,16 @@ What a user sees, checked on the page:
     own aspect, never stretched;
   - the out-of-distribution warning for a photo-like image, none for a generated scene;
   - a trace exported and imported again in a fresh page gives the same answer, tree, caption and
-    heatmap.
+    heatmap;
+  - the diffusion view (a second app, with a tiny random diffusion model steered toward one chart
+    question's gold answer): the decoding-family choice, submitting the question box, the step x
+    position grid (a row per step, a cell per position, legible shades), BWEC's block commit and the
+    CVC step labelled and explained, the timed headline equal to the table; and, on the first app,
+    which has no diffusion model, the notice saying what is missing and the command that trains it,
+    a refused Run that crashes nothing and clears the earlier results.
 Screenshots go to pytest's tmp dir, or FOVEA_SCREENSHOT_DIR when set (the committed
-assets/screenshots/tree_depth16.png comes from this test; main.png and focus_shifts.png from
+assets/screenshots/tree_depth16.png comes from this test, diffusion_tiny.png is the diffusion view on
+the steered tiny model; main.png and focus_shifts.png from
 `python -m app.screenshots` on the bundled model)."""
 import base64
 import collections
@@ -397,3 +404,74 @@ def _inside(node, scroller) -> bool:
     a, b = node.bounding_box(), scroller.bounding_box()
     return (a["x"] >= b["x"] - 1 and a["x"] + a["width"] <= b["x"] + b["width"] + 1
             and a["y"] >= b["y"] - 1 and a["y"] + a["height"] <= b["y"] + b["height"] + 1)
+
+
+# ---- the diffusion view ---------------------------------------------------------------------------
+DIFFUSION_SAMPLE = make_sample(1, family="chart", task="value", split="shifted")
+
+
+@pytest.fixture(scope="module")
+def diffusion_app_url(tiny_pipeline, steered_diffusion):
+    steered = steered_diffusion({DIFFUSION_SAMPLE.question: DIFFUSION_SAMPLE.answer})
+    demo = build_demo(tiny_pipeline, diffusion=steered)
+    url = serve_in_background(demo)
+    yield url
+    demo.close()
+
+
+def pick_family(page, family: str) -> None:
+    page.locator("#fv-family").get_by_label(family).check()
+    run = "#fv-run-diffusion" if family.startswith("Diffusion") else "#fv-run"
+    page.wait_for_selector(run, state="visible", timeout=10_000)
+
+
+def test_the_diffusion_view_draws_the_trajectory_and_says_when_cvc_fired(page, diffusion_app_url, tmp_path, out_dir):
+    image = tmp_path / "chart.png"
+    DIFFUSION_SAMPLE.image.save(image)
+    open_app(page, diffusion_app_url)
+    pick_family(page, "Diffusion with LATCH")
+    assert not page.locator("#fv-run").is_visible() and not page.locator("#fv-answer").is_visible()
+    page.set_input_files("#fv-image input[type=file]", str(image))
+    page.wait_for_selector("#fv-image img", timeout=30_000)
+    page.fill("#fv-question textarea", DIFFUSION_SAMPLE.question)
+    page.press("#fv-question textarea", "Shift+Enter")             # submit: runs the family shown
+    page.wait_for_selector("#fv-diffusion-metrics .fv-head-item", timeout=180_000)
+    # the grid: a row per denoising step (BWEC commits block 0, then CVC stops), a cell per position
+    rows = page.locator("#fv-diffusion-grid .fv-drow[data-step]")
+    assert rows.evaluate_all("rs => rs.map(r => r.dataset.rule)") == ["bwec", "cvc"]
+    assert rows.nth(0).locator(".fv-dc").count() == 48 and rows.nth(0).locator(".fv-dc.fv-dnew").count() == 32
+    cvc = page.locator("#fv-diffusion-grid .fv-drow[data-rule=cvc]")
+    assert cvc.is_visible() and "CVC fires" in cvc.locator(".fv-dlabel").inner_text()
+    assert "BWEC · block 0" in rows.nth(0).locator(".fv-dlabel").inner_text()
+    assert cvc.locator(".fv-dc.fv-dspan").count() > 0                 # the candidate span, outlined
+    stop = page.inner_text("#fv-diffusion-stop")
+    assert "CVC fired at step 2 of the full schedule's 48" in stop and "BWEC committed block 0 at step 1" in stop
+    # every token reads at WCAG AA contrast on its confidence shade
+    ratios = page.locator("#fv-diffusion-grid .fv-dc").evaluate_all(_CONTRAST)
+    assert min(r["ratio"] for r in ratios) >= 4.5, min(ratios, key=lambda r: r["ratio"])
+    # the headline's timed speedup over the full schedule is the table's
+    head = page.locator("#fv-diffusion-metrics .fv-head-item[data-versus=full]").get_attribute("data-speedup")
+    cell = page.locator("#fv-diffusion-metrics tr.fv-timed-speedup td").first.inner_text()
+    assert cell.split("×")[0] == head
+    page.locator("#fv-diffusion-view").screenshot(path=str(out_dir / "diffusion_tiny.png"))
+
+
+def test_without_a_diffusion_model_the_view_says_what_is_missing_and_clears_the_last_results(page, app_url):
+    open_app(page, app_url)
+    page.set_input_files("#fv-image input[type=file]", "assets/examples/scene_colour.png")
+    page.wait_for_selector("#fv-image img", timeout=30_000)
+    page.fill("#fv-question textarea", "Where is the orange triangle?")
+    page.press("#fv-question textarea", "Shift+Enter")             # FOVEA's Run, the family shown
+    page.wait_for_selector("#fv-metrics .fv-head-item", timeout=180_000)
+    pick_family(page, "Diffusion with LATCH")
+    notice = page.locator("#fv-diffusion-notice .fv-dmissing")
+    assert notice.is_visible()
+    text = notice.inner_text()
+    assert "No diffusion model is loaded" in text and "python -m fovea.train diffusion" in text
+    assert "docs/latch.md" in text and "--diffusion <folder>" in text
+    page.click("#fv-run-diffusion")                                 # refused in the app's words, no crash
+    page.locator(".toast-message-text", has_text="No diffusion model is loaded").wait_for(timeout=30_000)
+    assert page.locator("#fv-diffusion-grid .fv-drow").count() == 0 and notice.is_visible()
+    pick_family(page, "FOVEA speculative")                          # the earlier FOVEA run was cleared
+    page.wait_for_function("document.querySelectorAll('#fv-answer .fv-tok').length === 0", timeout=30_000)
+    assert page.locator("#fv-metrics .fv-head-item").count() == 0
