@@ -75,37 +75,28 @@ def cell_text(piece: str, eos: bool) -> str:
     return piece.strip() or "␣"
 
 
-def _cell(pos: int, token: int, conf: float, committed: bool, new: bool, span, block_start: bool,
-          pieces: list[str], eos_id: int) -> str:
-    classes = ["fv-dc"]
-    if not committed:
-        classes.append("fv-dm")
-    if new:
-        classes.append("fv-dnew")
-    if block_start:
+def _cell(st, pos: int, new: bool, pieces: list[str], eos_id: int, block_length: int) -> str:
+    """Position `pos` of step record `st`; `new` when this step committed it."""
+    token, conf, span = st.prediction[pos], st.confidence[pos], st.span
+    classes = ["fv-dc"] + (["fv-dm"] if not st.committed[pos] else []) + (["fv-dnew"] if new else [])
+    if pos and pos % block_length == 0:
         classes.append("fv-dblk")
     if span is not None and span[0] <= pos < span[1]:
-        classes += ["fv-dspan"] + (["fv-dspan-l"] if pos == span[0] else []) + (["fv-dspan-r"] if pos == span[1] - 1 else [])
+        classes += ["fv-dspan", *(["fv-dspan-l"] if pos == span[0] else []),
+                    *(["fv-dspan-r"] if pos == span[1] - 1 else [])]
     piece = pieces[token] if 0 <= token < len(pieces) else f"⟨{token}⟩"
-    text = cell_text(piece, token == eos_id)
-    state = "committed" if committed else "masked: this step's argmax"
-    title = f"position {pos} · {piece!r} · {conf:.2f} ({state})"
-    return (f'<span class="{" ".join(classes)}" style="background:{shade(conf)}" title="{html.escape(title)}">'
-            f'{html.escape(text)}</span>')
+    title = html.escape(f"position {pos}: {piece!r} {conf:.2f}")
+    return (f'<span class="{" ".join(classes)}" style="background:{shade(conf)}" title="{title}">'
+            f'{html.escape(cell_text(piece, token == eos_id))}</span>')
 
 
 def _row_label(number: int, rule: str, block: int, final_block: bool) -> str:
+    """"step 5", with a badge on the rows where BWEC committed a block or CVC / the gate stopped."""
     name, colour = RULES.get(rule, (rule, "#374151"))
-    if rule == "cvc":
-        badge = "CVC fires"
-    elif rule == "gate":
-        badge = "gate fires"
-    elif rule == "bwec":
-        badge = f"BWEC · block {block}"
-    else:
-        badge = ""
+    badge = {"cvc": "CVC fires", "gate": "gate fires", "bwec": f"BWEC · block {block}"}.get(rule)
     badge = f'<em style="background:{colour}">{badge}</em>' if badge else ""
-    return f'<span class="fv-dlabel" title="block {block}{" (final)" if final_block else ""} · {name}">step {number}{badge}</span>'
+    title = f'block {block}{" (final)" if final_block else ""} · {name}'
+    return f'<span class="fv-dlabel" title="{title}">step {number}{badge}</span>'
 
 
 def trajectory_html(steps, pieces: list[str], eos_id: int, block_length: int) -> str:
@@ -124,9 +115,8 @@ def trajectory_html(steps, pieces: list[str], eos_id: int, block_length: int) ->
             f'<div class="fv-drow fv-dhead" style="{columns}"><span class="fv-dlabel">position</span>{positions}</div>']
     before = (False,) * length
     for st in steps:
-        cells = "".join(_cell(p, st.prediction[p], st.confidence[p], st.committed[p],
-                              st.committed[p] and not before[p], st.span, p > 0 and p % block_length == 0, pieces,
-                              eos_id) for p in range(length))
+        cells = "".join(_cell(st, p, st.committed[p] and not before[p], pieces, eos_id, block_length)
+                        for p in range(length))
         rows.append(f'<div class="fv-drow" data-step="{st.step + 1}" data-rule="{st.rule}" data-block="{st.block}" '
                     f'style="{columns};--rule:{RULES.get(st.rule, ("", "#374151"))[1]}">'
                     f'{_row_label(st.step + 1, st.rule, st.block, st.block == final)}{cells}</div>')
