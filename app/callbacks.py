@@ -137,8 +137,9 @@ class Callbacks:
         return [m for m in (FOVEA, NO_CORRECTION) if lanes[m].drafter in self.pipeline.drafters] + [AUTOREGRESSIVE]
 
     def warm_up(self, config: FoveaConfig) -> float:
-        """Serve one whole request per drafter context (live pass, one timed repeat, every renderer), so
-        that no user's first request pays first-call costs inside its timing; returns the seconds it took."""
+        """Serve one whole request per drafter context (live pass, one timed repeat, every renderer), and one
+        diffusion request when a diffusion model is loaded, so that no user's first request pays first-call
+        costs inside its timing; returns the seconds it took."""
         t0 = time.perf_counter()
         image, question = self.pipeline.random_example("scene", EVAL_SEED_START)
         for context in self.contexts:
@@ -274,7 +275,8 @@ class Callbacks:
         notices = ood_html(check_world(img), self.pipeline.unknown_word_share(q))
         yield diffusion_cleared(notices, "the recorded decode (shown, not timed)…")
         with user_errors("decoding"):
-            shown = run_on_decode_thread(lambda: diffusion_generate(model, img, q, configs[decoding], task=task, record=True))
+            shown = run_on_decode_thread(lambda: diffusion_generate(model, img, q, configs[decoding], task=task,
+                                                                    record=True))
             stop = functools.partial(diffusion_view.stop_html, shown.steps, shown.stopped_by, configs[decoding], task,
                                      model.token_text.pieces, model.eos_id, text=shown.text)
             grid = diffusion_view.trajectory_html(shown.steps, model.token_text.pieces, model.eos_id,

@@ -161,8 +161,8 @@ def stop_html(steps, stopped_by: str, cfg, task: str | None, pieces: list[str], 
     if latch.bwec:
         lines.append(_bwec_sentence(steps, latch, cfg.schedule.block_length))
     if task:
-        lines.append(f"LATCH reads this answer as <b>{html.escape(task)}</b> (the world question template the "
-                     "question fills): its candidate span is where that task's scorer reads the answer.")
+        lines.append(f"The question fills the world's <b>{html.escape(task)}</b> question template: the candidate "
+                     "span (outlined) is where that task's scorer reads the answer.")
     elif latch.cvc:
         lines.append("The question fills none of the world's question templates, so LATCH has no parser for its answer.")
     return '<div class="fv-dstop">' + "".join(f"<p>{line}</p>" for line in lines) + "</div>"
@@ -209,7 +209,8 @@ def _bwec_sentence(steps, latch, block_length: int) -> str:
              "early there.")
     fired = [st for st in steps if st.rule == "bwec"]
     if not fired:
-        return f"BWEC never fired: no non-final block had every masked position at confidence ≥ τb = {latch.tau_b:g}. {guard}"
+        return (f"BWEC never fired: no non-final block had every masked position at confidence ≥ τb = "
+                f"{latch.tau_b:g}. {guard}")
     before = {st.step: steps[i - 1].committed if i else (False,) * length for i, st in enumerate(steps)}
     parts = [f"block {st.block} at step {st.step + 1} ({sum(a and not b for a, b in zip(st.committed, before[st.step]))} "
              "positions at once)" for st in fired]
