@@ -306,7 +306,7 @@ class Callbacks:
             cfg = FoveaConfig().replace(decoding=dict(max_new_tokens=min(self.diffusion.canvas.length, self.cap)))
             r = run_on_decode_thread(lambda: self.pipeline.generate(img, q, cfg, METHODS[AUTOREGRESSIVE]))
             n = len(r.tokens) - (r.finish_reason == "eos")
-            return Decode(r.target_forwards, n, r.finish_reason, r.text), n / r.wall_s if r.wall_s > 0 else 0.0
+            return Decode(r.target_forwards, n, r.finish_reason, r.text.strip()), n / r.wall_s if r.wall_s > 0 else 0.0
         r = run_on_decode_thread(lambda: diffusion_generate(self.diffusion, img, q, configs[method], task=task))
         return Decode(r.nfe, r.answer_tokens, r.stopped_by, r.text), r.answer_tokens / max(r.seconds, 1e-9)
 
