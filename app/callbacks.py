@@ -232,10 +232,10 @@ class Callbacks:
         strings = self.pipeline.token_strings
 
         def live(run) -> tuple:
-            lanes = [lane(LANE_NAMES[m], first[m].iterations, strings(first[m].tokens), first[m].wall_s * 1e3, True)
+            lanes = [lane(LANE_NAMES[m], first[m], strings(first[m].tokens), first[m].wall_s * 1e3, True)
                      for m in methods if m in first]
             if method not in first:
-                lanes.append(lane(LANE_NAMES[method], run.iterations, strings(run.tokens), run.ms, False))
+                lanes.append(lane(LANE_NAMES[method], run, strings(run.tokens), run.ms, False))
             return live_outputs(self.pipeline, img, method, run, lanes, f"live pass (shown, not timed): "
                                 f"{LANE_NAMES[method]}…", strings)
         return live

@@ -10,7 +10,6 @@ from __future__ import annotations
 import html
 
 from app.tree import token_text, tree_html
-from fovea.trace import IterationTrace
 
 __all__ = ["answer_html", "legend_html", "plain_answer_html", "tree_html", "token_text"]
 
@@ -25,19 +24,20 @@ def depth_style(depth: int) -> str:
     return f"background:{bg};color:{fg}"
 
 
-def answer_html(rounds: list[IterationTrace], strings: list[str], flips: tuple[dict, dict] | None = None,
-                vocab=None) -> str:
+def answer_html(run, strings: list[str], flips: tuple[dict, dict] | None = None, vocab=None) -> str:
     """The FOVEA answer, one span per token.
 
-    `strings` is the display text of every answer token in order (`Accumulator.tokens`; "" for a
-    special token, which is not shown): any leading tokens not covered by the rounds' emitted tokens came from the target's prefill.
-    Accepted draft tokens are shaded by their tree depth; bonus and prefill tokens (the
+    `run` is the FOVEA run (its `Accumulator` while it streams, or its `GenerationResult`; None
+    before anything decoded): its prefill's tokens lead the answer, then its rounds' emitted tokens.
+    `strings` is the display text of every answer token in order ("" for a special token, which is
+    not shown). Accepted draft tokens are shaded by their tree depth; bonus and prefill tokens (the
     target's own) are amber. Round tokens carry data-iter (index into iterations) and data-k
     (position within that round's emitted tokens) for the click handler. `flips`
     (`app.vision.flip_marks`) marks tokens the correction flipped: accepted ones get a ⚑ badge,
     rejected ones appear struck through where the target turned them down (`vocab(id)` names them)."""
     accepted_flips, rejected_flips = flips or ({}, {})
-    lead = max(0, len(strings) - sum(len(it.emitted) for it in rounds))
+    rounds = run.iterations if run is not None else []
+    lead = len(run.prefill.emitted) if run is not None and run.prefill else 0
     target_style = f"background:{BONUS_COLOUR};color:#422006"
     spans = [f'<span class="fv-tok fv-prefill" style="{target_style}" title="first token, from the target\'s '
              f'prefill">{token_text(s)}</span>' for s in strings[:lead] if s]

@@ -162,7 +162,7 @@ def _output_column() -> dict:
     c = {"ood": _html("", label="Input notices", elem_id="fv-ood"),
          "metrics": _html(metrics.metrics_html({}, None), label="Metrics", elem_id="fv-metrics")}
     _html(render.legend_html())
-    c["answer"] = gr.HTML(render.answer_html([], []), label="Answer", js_on_load=TOKEN_CLICK_JS,
+    c["answer"] = gr.HTML(render.answer_html(None, []), label="Answer", js_on_load=TOKEN_CLICK_JS,
                           elem_id="fv-answer")
     _html('<div class="fv-label">Autoregressive baseline (same target, same question)</div>')
     c["baseline"] = _html(render.plain_answer_html([], "runs in turn with FOVEA"), label="Baseline answer",

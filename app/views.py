@@ -47,13 +47,14 @@ def ood_html(world: WorldCheck, unknown_words: float = 0.0) -> str:
                    for title, text in notices if text)
 
 
-def lane(name: str, records: list, strings: list[str], ms: float, done: bool) -> Lane:
-    return Lane(name, strings, token_kinds(records)[:len(strings)], ms, done)
+def lane(name: str, run, strings: list[str], ms: float, done: bool) -> Lane:
+    """A race lane of `run` (an `Accumulator` while it streams, or a `GenerationResult`)."""
+    return Lane(name, strings, token_kinds(run)[:len(strings)], ms, done)
 
 
 def cleared_outputs(notices: str = "", status: str = "decoding…") -> tuple:
     """A new run starts, or an input was rejected: nothing of the previous run stays on screen."""
-    return pack(answer=render.answer_html([], []), baseline=render.plain_answer_html([], "runs in turn with FOVEA"),
+    return pack(answer=render.answer_html(None, []), baseline=render.plain_answer_html([], "runs in turn with FOVEA"),
                 metrics=metrics.metrics_html({}, None, status=status), heatmap=None,
                 caption="The focus view fills in as FOVEA decodes.", tree="",
                 scrubber=gr.Slider(minimum=0, maximum=1, value=0, step=1, interactive=False),
@@ -67,9 +68,9 @@ def live_outputs(pipeline, img, method: str, run, lanes: list[Lane], status: str
     """Race + status always; `method`'s answer (FOVEA) or baseline box (autoregressive) from `run`, its
     Accumulator while it streams or its result once finished (None: leave them as they are)."""
     values = dict(race=race_html(lanes, RACE_NOTE), metrics=metrics.metrics_html({}, None, status=status))
-    rounds = None if run is None else run.iterations
     if run is not None and method == FOVEA:
-        values["answer"] = render.answer_html(rounds, strings(run.tokens))
+        values["answer"] = render.answer_html(run, strings(run.tokens))
+        rounds = run.iterations
         if rounds and rounds[-1].retrieval:
             it = rounds[-1]
             node = 0 if 0 in it.retrieval else min(it.retrieval)
@@ -84,10 +85,10 @@ def final_outputs(s: Session, sampling: bool = False) -> tuple:
     n = len(s.trajectory)
     steps = [r.ms for r in s.baseline.iterations]
     ar_ms = sum(steps) / len(steps) if steps else None
-    lanes = [lane(LANE_NAMES[m], s.runs[m].iterations, s.strings(s.runs[m].tokens), _lane_ms(s, m), True)
+    lanes = [lane(LANE_NAMES[m], s.runs[m], s.strings(s.runs[m].tokens), _lane_ms(s, m), True)
              for m in (FOVEA, NO_CORRECTION, AUTOREGRESSIVE) if m in s.runs]
     return pack(
-        answer=render.answer_html(s.fovea.iterations, s.strings(s.fovea.tokens), flip_marks(s.fovea.iterations), s.text),
+        answer=render.answer_html(s.fovea, s.strings(s.fovea.tokens), flip_marks(s.fovea.iterations), s.text),
         baseline=render.plain_answer_html(s.strings(s.baseline.tokens)),
         metrics=metrics.metrics_html(s.runs, s.timings, sampling=sampling),
         scrubber=gr.Slider(minimum=0, maximum=max(1, n - 1), value=0, step=1, interactive=n > 1),

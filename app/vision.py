@@ -102,10 +102,11 @@ class Lane:
     done: bool
 
 
-def token_kinds(records: list) -> list[str]:
-    """Per emitted token, how it came (the records' `origins`): the prefill, an accepted draft, or the
-    target itself. `records` are a run's rounds or steps, after its prefill."""
-    return ["prefill", *(kind for rec in records for kind in rec.origins)]
+def token_kinds(run) -> list[str]:
+    """Per emitted token of `run` (an `Accumulator` or a `GenerationResult`), how it came: the
+    `origins` of its prefill record (when it has one), then of its rounds or steps."""
+    records = [run.prefill, *run.iterations] if run.prefill else run.iterations
+    return [kind for rec in records for kind in rec.origins]
 
 
 def race_html(lanes: list[Lane], note: str = "") -> str:

@@ -47,7 +47,7 @@ def rounds():
 @pytest.fixture
 def result(rounds):
     return GenerationResult("fovea", [10, 11, 13, 20, 30], "text", wall_s=0.5, prefill_ms=3.0, target_forwards=3,
-                            iterations=rounds, accept_lengths=[3, 1], memory_grid=GRID)
+                            iterations=rounds, accept_lengths=[3, 1], memory_grid=GRID, prefill=PrefillTrace(10))
 
 
 def test_answer_tokens_start_with_the_prefill_token_then_emitted_tokens(rounds):
@@ -55,8 +55,8 @@ def test_answer_tokens_start_with_the_prefill_token_then_emitted_tokens(rounds):
     assert Accumulator().extend([PrefillTrace(7)]).tokens == [7]
 
 
-def test_answer_html_has_one_span_per_token_coloured_by_origin(rounds):
-    out = render.answer_html(rounds, ["<p>", " a", " b", " c", " d"])
+def test_answer_html_has_one_span_per_token_coloured_by_origin(result):
+    out = render.answer_html(result, ["<p>", " a", " b", " c", " d"])
     assert out.count('class="fv-tok') == 5
     assert "&lt;p&gt;" in out and "<p>" not in out                   # token text is escaped
     assert 'class="fv-tok fv-prefill"' in out
@@ -67,18 +67,28 @@ def test_answer_html_has_one_span_per_token_coloured_by_origin(rounds):
     assert render.DEPTH_COLOURS[0] in out and render.BONUS_COLOUR in out
 
 
-def test_special_tokens_are_hidden_in_the_answers_and_named_in_the_tree(rounds, tiny_pipeline):
+def test_answer_html_leads_with_the_prefill_records_tokens(rounds):
+    """The amber lead is the prefill record's tokens, never a guess from the string count."""
+    live = Accumulator().extend([PrefillTrace(10)])
+    assert render.answer_html(live, ["P"]).count('class="fv-tok fv-prefill"') == 1
+    unprefilled = GenerationResult("fovea", [11, 13, 20, 30], "", 0.5, 3.0, 2, rounds)
+    out = render.answer_html(unprefilled, [" a", " b", " c", " d"])
+    assert "fv-prefill" not in out and 'class="fv-tok fv-draft fv-d1" data-iter="0" data-k="0"' in out
+
+
+def test_special_tokens_are_hidden_in_the_answers_and_named_in_the_tree(result, tiny_pipeline):
     eos = tiny_pipeline.target.tokenizer.eos_token_id
     strings = tiny_pipeline.token_strings([eos, 5])
     assert strings[0] == "" and strings[1]                            # `</s>` shows as nothing
-    out = render.answer_html(rounds, ["<p>", " a", " b", " c", ""])    # the last token: a special one
+    out = render.answer_html(result, ["<p>", " a", " b", " c", ""])    # the last token: a special one
     assert out.count('class="fv-tok') == 4 and "</s>" not in out
     assert render.plain_answer_html(["X", ""]).endswith(">X</div>")
-    assert "⟨end⟩" in render.tree_html(rounds[1], ["R", "", "x"], "")
+    assert "⟨end⟩" in render.tree_html(result.iterations[1], ["R", "", "x"], "")
 
 
 def test_answer_html_while_nothing_decoded_shows_a_placeholder():
-    assert "fv-empty" in render.answer_html([], [])
+    assert "fv-empty" in render.answer_html(None, [])
+    assert "fv-empty" in render.answer_html(Accumulator(), [])
 
 
 def test_tree_html_marks_accepted_rejected_bonus_and_retrieval(rounds):

@@ -14,7 +14,7 @@ from fovea.profile import interleaved_order
 from app.tree import dfs_order, tree_html
 from app.vision import corrected_states, flip_marks, race_html, token_kinds, vision_html
 from app.views import Lane
-from fovea.trace import GenerationResult, IterationTrace, NodeRetrieval, StepTrace
+from fovea.trace import Accumulator, GenerationResult, IterationTrace, NodeRetrieval, PrefillTrace, StepTrace
 from fovea.trace_io import dump_trace, load_trace
 
 GRID = (8, 8)
@@ -50,7 +50,8 @@ def test_flip_marks_place_accepted_flips_on_tokens_and_rejected_ones_where_turne
     accepted, rejected = flip_marks(rounds)
     assert set(accepted) == {(0, 0), (0, 1)} and set(rejected) == {(1, 0)}
     vocab = {10: "R", 11: "A", 13: "B", 20: "C", 21: "Z", 30: "D"}.get
-    out = render.answer_html(rounds, ["P", "A", "B", "C", "D"], (accepted, rejected), vocab)
+    run = Accumulator().extend([PrefillTrace(10), *rounds])
+    out = render.answer_html(run, ["P", "A", "B", "C", "D"], (accepted, rejected), vocab)
     assert out.count("fv-flip-accepted") == 2 and out.count("fv-flip-rejected") == 1
     assert "⚑<s>Z</s>" in out and out.index("<s>Z</s>") < out.index(">D<")   # before the round's bonus token
 
@@ -64,9 +65,11 @@ def test_vision_table_lists_top5_before_and_after_with_gate_and_verdict(rounds):
 
 
 def test_race_lanes_colour_tokens_by_acceptance_on_one_time_scale(rounds):
-    kinds = token_kinds(rounds)
+    kinds = token_kinds(Accumulator().extend([PrefillTrace(10), *rounds]))
     assert kinds == ["prefill", "draft", "draft", "target", "target"]
-    assert token_kinds([StepTrace(0, 5, 1.0), StepTrace(1, 6, 1.0)]) == ["prefill", "target", "target"]
+    ar = Accumulator("autoregressive").extend([PrefillTrace(4), StepTrace(0, 5, 1.0), StepTrace(1, 6, 1.0)])
+    assert token_kinds(ar) == token_kinds(ar.result()) == ["prefill", "target", "target"]
+    assert token_kinds(GenerationResult("fovea", [11, 13, 20, 30], "", 0.1, 0.0, 2, rounds)) == kinds[1:]
     out = race_html([Lane("FOVEA", list("PABCD"), kinds, 50.0, True), Lane("autoregressive", list("PABCD"),
                      ["prefill"] + ["target"] * 4, 100.0, False)], "note")
     assert "width:50.0%" in out and "width:100.0%" in out and "2/5 tokens from accepted drafts" in out
