@@ -1,9 +1,11 @@
 """Drive the app in headless Chromium (Playwright + Debian's `chromium`): run a request, move the
-scrubber, click a token, and capture the main view and the focus-shift view.
+scrubber, click a token, and capture the main view, the focus-shift view and the diffusion view.
 
 `python -m app.screenshots [--out assets/screenshots]` launches the app on the bundled model
 (or a tiny random one when the assets are missing, or with --tiny-random) and writes
-main.png and focus_shifts.png. The browser test reuses these helpers. Not imported by the app.
+main.png and focus_shifts.png; then diffusion.png, the diffusion view on the same input, when a
+diffusion model folder exists (`--diffusion`, default assets/diffusion; it says when it skipped).
+The browser test reuses these helpers. Not imported by the app.
 """
 from __future__ import annotations
 
@@ -107,22 +109,50 @@ def capture(page: Page, out: Path) -> dict[str, Path]:
     return shots
 
 
+def pick_family(page: Page, family: str) -> None:
+    """Choose a decoding family ("FOVEA speculative" or "Diffusion with LATCH"); wait for its Run."""
+    page.locator("#fv-family").get_by_label(family).check()
+    run = "#fv-run-diffusion" if family.startswith("Diffusion") else "#fv-run"
+    page.wait_for_selector(run, state="visible", timeout=10_000)
+
+
+def capture_diffusion(page: Page, out: Path, timeout_ms: int = 600_000) -> Path:
+    """The diffusion view on the input already in the boxes: switch family, Run, wait for the timed
+    headline, capture the view; then back to FOVEA."""
+    pick_family(page, "Diffusion with LATCH")
+    page.click("#fv-run-diffusion")
+    page.wait_for_selector("#fv-diffusion-metrics .fv-head-item", timeout=timeout_ms)
+    page.wait_for_timeout(500)
+    shot = out / "diffusion.png"
+    page.locator("#fv-diffusion-view").screenshot(path=str(shot))
+    pick_family(page, "FOVEA speculative")
+    return shot
+
+
 def main(argv: list[str] | None = None) -> None:
+    from app.diffusion_view import DIFFUSION_TRAIN_COMMAND
     from app.ui import EXAMPLES_DIR, build_demo, load_examples, serve_in_background
+    from fovea.diffusion import DEFAULT_DIFFUSION_DIR, load_diffusion
     from fovea.pipeline import FoveaPipeline
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "assets" / "screenshots")
     p.add_argument("--tiny-random", action="store_true")
     p.add_argument("--example", type=int, default=0, help="index into assets/examples/examples.json")
+    p.add_argument("--diffusion", type=Path, default=DEFAULT_DIFFUSION_DIR,
+                   help="masked-diffusion model folder for diffusion.png (skipped when it does not exist)")
     args = p.parse_args(argv)
     try:
         pipeline = FoveaPipeline.tiny_random() if args.tiny_random else FoveaPipeline.from_pretrained()
     except (FileNotFoundError, OSError) as err:
         print(f"bundled model unavailable ({err}); using a tiny random one")
         pipeline = FoveaPipeline.tiny_random()
+    diffusion = load_diffusion(args.diffusion) if args.diffusion.exists() else None
+    if diffusion is None:
+        print(f"skipped the diffusion view: no diffusion model at {args.diffusion} "
+              f"(`{DIFFUSION_TRAIN_COMMAND}` builds one; see docs/latch.md)")
     image, question = load_examples(EXAMPLES_DIR)[args.example]
-    demo = build_demo(pipeline)
+    demo = build_demo(pipeline, diffusion=diffusion, diffusion_folder=args.diffusion)
     url = serve_in_background(demo)
     try:
         with sync_playwright() as pw:
@@ -132,6 +162,8 @@ def main(argv: list[str] | None = None) -> None:
             scrub_by(page, 3)
             for path in capture(page, args.out).values():
                 print(path)
+            if diffusion is not None:
+                print(capture_diffusion(page, args.out))
             browser.close()
     finally:
         demo.close()

@@ -40,8 +40,8 @@ import pytest
 import torch
 from PIL import Image
 
-from app.screenshots import (VIEWPORT, ask, capture, chromium_path, click_token, launch_browser, open_app, play,
-                             run_request, scrub_by)
+from app.screenshots import (VIEWPORT, ask, capture, chromium_path, click_token, launch_browser, open_app,
+                             pick_family, play, run_request, scrub_by)
 from app.ui import build_demo, serve_in_background
 from fovea.methods import METHODS
 from fovea.config import FoveaConfig
@@ -417,12 +417,6 @@ def diffusion_app_url(tiny_pipeline, steered_diffusion):
     url = serve_in_background(demo)
     yield url
     demo.close()
-
-
-def pick_family(page, family: str) -> None:
-    page.locator("#fv-family").get_by_label(family).check()
-    run = "#fv-run-diffusion" if family.startswith("Diffusion") else "#fv-run"
-    page.wait_for_selector(run, state="visible", timeout=10_000)
 
 
 def test_the_diffusion_view_draws_the_trajectory_and_says_when_cvc_fired(page, diffusion_app_url, tmp_path, out_dir):
