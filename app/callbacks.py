@@ -29,7 +29,7 @@ from app.session import (AUTOREGRESSIVE, FOVEA, LANE_NAMES, NO_CORRECTION, Sessi
 from app.settings import (SETTING_NAMES, SettingsError, config_from_settings, drafter_context, timing_repeats,
                           variant_config)
 from app.streaming import BackgroundStream, run_on_decode_thread
-from app.timing import Timings, keep_timing
+from app.timing import Timings, timed_repeats
 from app.views import (cleared_outputs, diffusion_cleared, diffusion_pack, export_files, final_outputs, focus_view,
                        lane, live_outputs, ood_html, pack)
 from fovea.config import FoveaConfig
@@ -188,14 +188,10 @@ class Callbacks:
                 live = self._live(img, first, method, methods)
                 first[method] = yield from self._stream(img, q, cfg, method, live, context)
                 yield live(first[method])                 # its whole answer, before the next method starts
-            timings, t0 = Timings(), time.perf_counter()
-            for r in range(n_repeats):
-                if not keep_timing(r, time.perf_counter() - t0):
-                    break
-                yield pack(metrics=metrics.metrics_html({}, None, status=f"timing run {r + 1} of up to {n_repeats}: "
-                                                        "the methods in turn, nothing rendered meanwhile…"))
-                for method in interleaved_order(methods, r):
-                    timings.add(r, method, _drain(self._stream(img, q, cfg, method, None, context)).tokens_per_s)
+            timings = yield from timed_repeats(
+                methods, n_repeats, lambda method: _drain(self._stream(img, q, cfg, method, None, context)).tokens_per_s,
+                lambda r: pack(metrics=metrics.metrics_html({}, None, status=f"timing run {r + 1} of up to {n_repeats}: "
+                                                            "the methods in turn, nothing rendered meanwhile…")))
             session = new_session(img, q, cfg, first, timings, self.pipeline, context)
             yield final_outputs(session, sampling=not cfg.decoding.greedy)
 
@@ -283,16 +279,17 @@ class Callbacks:
                                                   configs[decoding].schedule.block_length)
             yield diffusion_pack(diffusion_stop=stop(), diffusion_grid=grid)
             methods = list(dict.fromkeys((decoding, FULL, AUTOREGRESSIVE)))
-            decodes, timings, t0 = {}, Timings(), time.perf_counter()
-            for r in range(n_repeats):
-                if not keep_timing(r, time.perf_counter() - t0):
-                    break
-                yield diffusion_pack(diffusion_metrics=diffusion_view.speed_html(decoding, {}, None, (
-                    f"timing run {r + 1} of up to {n_repeats}: the decodings in turn, nothing rendered meanwhile…")))
-                for method in interleaved_order(methods, r):
-                    decode, tokens_per_s = self._timed_decode(img, q, method, configs, task)
-                    timings.add(r, method, tokens_per_s)
-                    decodes.setdefault(method, decode)
+            decodes = {}
+
+            def timed(method: str) -> float:
+                decode, tokens_per_s = self._timed_decode(img, q, method, configs, task)
+                decodes.setdefault(method, decode)
+                return tokens_per_s
+
+            timings = yield from timed_repeats(
+                methods, n_repeats, timed, lambda r: diffusion_pack(diffusion_metrics=diffusion_view.speed_html(
+                    decoding, {}, None, f"timing run {r + 1} of up to {n_repeats}: the decodings in turn, "
+                    "nothing rendered meanwhile…")))
             summary = diffusion_view.summary(decoding, shown.steps, decodes, timings, task=task, question=q,
                                              image_sha=image_sha(img))
             yield diffusion_pack(diffusion_notice=notices, diffusion_metrics=diffusion_view.speed_html(

@@ -9,9 +9,11 @@ within a repeat; its spread is the min-max of those ratios. Pure; no gradio, no 
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass, field
 
 from fovea.methods import AUTOREGRESSIVE
+from fovea.profile import interleaved_order
 
 BASELINE = AUTOREGRESSIVE.name      # the lane every speedup is a ratio against
 # Timed repeats stop early once this much time has gone into them (after MIN_REPEATS). A 25-token
@@ -25,6 +27,20 @@ MIN_REPEATS = 3
 def keep_timing(repeat: int, elapsed_s: float, budget_s: float = TIMING_BUDGET_S) -> bool:
     """Whether to start timed repeat `repeat` (0-based) after `elapsed_s` seconds of timing."""
     return repeat < MIN_REPEATS or elapsed_s < budget_s
+
+
+def timed_repeats(methods: list[str], n_repeats: int, decode, status):
+    """Up to `n_repeats` interleaved timed repeats of `methods` within the timing budget (`keep_timing`).
+    A generator: yields `status(r)` before repeat r (what the page shows meanwhile) and returns the
+    `Timings`; `decode(method)` runs one decode and returns its tokens/s."""
+    timings, t0 = Timings(), time.perf_counter()
+    for r in range(n_repeats):
+        if not keep_timing(r, time.perf_counter() - t0):
+            break
+        yield status(r)
+        for method in interleaved_order(methods, r):
+            timings.add(r, method, decode(method))
+    return timings
 
 
 @dataclass
