@@ -146,3 +146,31 @@ def test_rebuild_from_dumps_dumps_each_drafter_steps_own_batches_first(tmp_path)
         assert str(args.dumps) == cfg.data.dumps == str(tmp_path / "dumps" / s.name)
         assert cfg.data.seed_offset == args.seed_offset and cfg.data.samples == args.total_steps * args.batch_size
         assert cfg.target.path == str(DEFAULT_TARGET_DIR) and dumped.minutes > 0
+
+
+def test_a_shared_dump_is_written_once_and_each_drafter_step_reads_it_in_its_own_order(tmp_path):
+    """`rebuild --shared-dump N`: one dump before the first drafter step, seeds after every step's range,
+    and every drafter step trains from it with a different --dump-shuffle seed."""
+    from fovea.models.bundled import ASSETS
+    from fovea.training import drafter_cli, rebuild
+
+    online = rebuild.plan(DEFAULT_TARGET_DIR, ASSETS, tmp_path, 30_000_000)
+    steps = rebuild.with_shared_dump(online, DEFAULT_TARGET_DIR, tmp_path, 12_800, 30_000_000)
+    assert [s.name for s in steps] == ["dump_shared", *[s.name for s in online]]
+    cfg = run_config.load(None, list(steps[0].argv[1:]))
+    assert cfg.data.samples == 12_800 and cfg.data.dumps == str(tmp_path / "dumps" / "shared")
+    used = [int(dict(zip(s.argv, s.argv[1:]))["--seed-offset"]) for s in online]
+    assert cfg.data.seed_offset > max(used)
+    orders = []
+    for s in steps[1:]:
+        if s.command != "drafter":
+            assert "--dumps" not in s.argv
+            continue
+        args = drafter_cli.build_parser().parse_args(s.argv)
+        assert str(args.dumps) == cfg.data.dumps
+        orders.append(args.dump_shuffle)
+    assert len(orders) == 4 and len(set(orders)) == 4
+    with pytest.raises(SystemExit):
+        rebuild.parse_args(["--dry-run", "--shared-dump", "100", "--from-dumps"])
+    with pytest.raises(SystemExit):
+        drafter_cli.main(["--dump-shuffle", "1", "--run-dir", str(tmp_path / "r")])   # no --dumps to order

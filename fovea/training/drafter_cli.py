@@ -145,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train from a dump (python -m fovea.train dump) instead of running --target on every batch: "
                         "batches are the dump's samples in order (--batch-size each; --seed-offset and --families "
                         "are the dump's), the target's embedding and LM head come from the dump")
+    p.add_argument("--dump-shuffle", type=int, default=None, metavar="SEED",
+                   help="with --dumps: read the dump in a permutation seeded by SEED (a new one each epoch) instead of "
+                        "dump order; for several runs trained from one shared dump (`rebuild --shared-dump`)")
     p.add_argument("--out", type=Path, default=ASSETS / FULL.folders[0])
     p.add_argument("--baseline-out", type=Path, default=ASSETS / FULL.folders[1])
     p.add_argument("--run-dir", type=Path, default=Path("runs/drafter"))
@@ -181,6 +184,8 @@ def main(argv=None) -> None:
     unknown = sorted(set(cfg.families) - set(FAMILIES))
     if unknown:
         p.error(f"--families: unknown {unknown}; expected some of {list(FAMILIES)}")
+    if args.dump_shuffle is not None and args.dumps is None:
+        p.error("--dump-shuffle orders a dump's samples: it needs --dumps")
     if args.adapter and not args.init_from:
         p.error("--adapter needs --init-from FOVEA_DIR BASELINE_DIR: the frozen base is BASELINE_DIR's drafter")
     target, dumped = training_source(p, args)
@@ -244,7 +249,9 @@ def main(argv=None) -> None:
     if dumped is None:
         data, inputs = batches(target, cfg, step), None
     else:
-        data, inputs = step_batches(dumped, cfg.batch_size, step, shuffle=False, seed=cfg.seed), dumped_inputs(target)
+        shuffled = args.dump_shuffle is not None
+        data = step_batches(dumped, cfg.batch_size, step, shuffle=shuffled, seed=args.dump_shuffle if shuffled else 0)
+        inputs = dumped_inputs(target)
     last = {}
 
     def on_step(i, metrics):
@@ -275,7 +282,7 @@ def main(argv=None) -> None:
                  "adapter_steps": adapter_before + step} if args.adapter else {"steps": before + step}
         (folder / "train_config.json").write_text(json.dumps(
             {**asdict(cfg), **steps, "steps_this_run": step, "steps_before": before,
-             **({"dumps": str(args.dumps)} if args.dumps else {})}, indent=2))
+             **({"dumps": str(args.dumps), "dump_shuffle": args.dump_shuffle} if args.dumps else {})}, indent=2))
         (folder / "metrics.json").write_text(json.dumps(
             {k.split("/", 1)[1]: v for k, v in last.items() if k.startswith(name + "/")}, indent=2))
 

@@ -18,6 +18,9 @@ Each pair continues the shipped drafters (`--init-from`), so a rebuild costs abo
 `--from-dumps` runs the target once per drafter step first (`python -m fovea.train dump`, the step's
 seeds, 16 samples per step, under RUNS/dumps/STEP) and trains each drafter step from its dump
 (`drafter --dumps`): the same batches as the online recipe, the target no longer in the loop.
+`--shared-dump N` dumps N samples once (RUNS/dumps/shared) and trains every drafter step from that one
+dump, each step in its own seeded order (`drafter --dump-shuffle`): dump once, train many. On a deep
+target, where the target's pass dominates, this is the cheap way: N = 12,800 covers the longest step.
 """
 from __future__ import annotations
 
@@ -114,8 +117,26 @@ def with_dumps(steps: list[Step], target: Path, runs: Path) -> list[Step]:
     return out
 
 
+def with_shared_dump(steps: list[Step], target: Path, runs: Path, samples: int, seed_base: int) -> list[Step]:
+    """The plan with one dump of `samples` samples (seeds seed_base + 5,000,000: after the five steps'
+    ranges) before the first drafter step, and every drafter step trained from it in its own order."""
+    folder = Path(runs) / "dumps" / "shared"
+    dump = Step("dump_shared", "dump", ("--set", f"target.path={target}", f"data.dumps={folder}",
+                                        f"data.samples={samples}", f"data.seed_offset={seed_base + 5_000_000}"),
+                round(samples * DUMP_MS_PER_SAMPLE / 60_000), ())
+    out, k = [dump], 0
+    for s in steps:
+        if s.command == "drafter":
+            k += 1
+            s = replace(s, argv=(*s.argv, "--dumps", str(folder), "--dump-shuffle", str(k)))
+        out.append(s)
+    return out
+
+
 def steps_of(args) -> list[Step]:
     steps = plan(args.target, args.assets, args.runs, args.seed_base)
+    if args.shared_dump:
+        return with_shared_dump(steps, args.target, args.runs, args.shared_dump, args.seed_base)
     return with_dumps(steps, args.target, args.runs) if args.from_dumps else steps
 
 
@@ -132,7 +153,14 @@ def parse_args(argv=None):
     p.add_argument("--dry-run", action="store_true", help="print the commands and their measured times, run nothing")
     p.add_argument("--from-dumps", action="store_true",
                    help="dump the target's states once per drafter step (RUNS/dumps), then train each step from its dump")
+    p.add_argument("--shared-dump", type=int, default=0, metavar="SAMPLES",
+                   help="dump SAMPLES samples once (RUNS/dumps/shared) and train every drafter step from that dump, "
+                        "each in its own seeded order (12,800 covers the longest step's 800 x 16 samples once)")
     args = p.parse_args(argv)
+    if args.shared_dump and args.from_dumps:
+        p.error("--shared-dump and --from-dumps are two ways to dump: pick one")
+    if args.shared_dump < 0:
+        p.error(f"--shared-dump must be a positive number of samples, got {args.shared_dump}")
     names = [s.name for s in steps_of(args)]
     unknown = sorted(set(args.only or ()) - set(names))
     if unknown:
