@@ -3,6 +3,7 @@ without recomputing; a drafter trained from it takes the same steps as one train
 same batches (bundled target); a dump made differently is refused; acceptance per draft position
 and the cost model follow their definitions."""
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -174,3 +175,21 @@ def test_a_shared_dump_is_written_once_and_each_drafter_step_reads_it_in_its_own
         rebuild.parse_args(["--dry-run", "--shared-dump", "100", "--from-dumps"])
     with pytest.raises(SystemExit):
         drafter_cli.main(["--dump-shuffle", "1", "--run-dir", str(tmp_path / "r")])   # no --dumps to order
+
+
+def test_rebuild_scales_only_the_drafter_steps_and_keeps_at_least_fifty():
+    from fovea.models.bundled import ASSETS
+    from fovea.training import rebuild
+
+    steps = rebuild.plan(DEFAULT_TARGET_DIR, ASSETS, Path("runs/x"), 30_000_000)
+    half = rebuild.scaled(steps, 0.5)
+    tiny = rebuild.scaled(steps, 0.01)
+    for s, h, t in zip(steps, half, tiny):
+        if s.command != "drafter":
+            assert h == s == t
+            continue
+        total = int(dict(zip(s.argv, s.argv[1:]))["--total-steps"])
+        assert int(dict(zip(h.argv, h.argv[1:]))["--total-steps"]) == round(total / 2)
+        assert int(dict(zip(t.argv, t.argv[1:]))["--total-steps"]) == 50
+    with pytest.raises(SystemExit):
+        rebuild.parse_args(["--dry-run", "--scale-steps", "0"])

@@ -133,8 +133,22 @@ def with_shared_dump(steps: list[Step], target: Path, runs: Path, samples: int, 
     return out
 
 
+def scaled(steps: list[Step], factor: float) -> list[Step]:
+    """Each drafter step's --total-steps (and its planned minutes) times `factor`, at least 50 steps: for a
+    target close to the one the shipped drafters were trained on, where their warm start is nearly there."""
+    out = []
+    for s in steps:
+        if s.command == "drafter" and factor != 1.0:
+            argv = list(s.argv)
+            i = argv.index("--total-steps") + 1
+            argv[i] = str(max(50, round(int(argv[i]) * factor)))
+            s = replace(s, argv=tuple(argv), minutes=s.minutes * factor)
+        out.append(s)
+    return out
+
+
 def steps_of(args) -> list[Step]:
-    steps = plan(args.target, args.assets, args.runs, args.seed_base)
+    steps = scaled(plan(args.target, args.assets, args.runs, args.seed_base), args.scale_steps)
     if args.shared_dump:
         return with_shared_dump(steps, args.target, args.runs, args.shared_dump, args.seed_base)
     return with_dumps(steps, args.target, args.runs) if args.from_dumps else steps
@@ -156,7 +170,12 @@ def parse_args(argv=None):
     p.add_argument("--shared-dump", type=int, default=0, metavar="SAMPLES",
                    help="dump SAMPLES samples once (RUNS/dumps/shared) and train every drafter step from that dump, "
                         "each in its own seeded order (12,800 covers the longest step's 800 x 16 samples once)")
+    p.add_argument("--scale-steps", type=float, default=1.0, metavar="F",
+                   help="train each drafter step for F times its recipe's steps (0 < F <= 1; at least 50): for a "
+                        "target the shipped drafters nearly fit already, e.g. one distilled from the shipped target")
     args = p.parse_args(argv)
+    if not 0 < args.scale_steps <= 1:
+        p.error(f"--scale-steps must be in (0, 1], got {args.scale_steps}")
     if args.shared_dump and args.from_dumps:
         p.error("--shared-dump and --from-dumps are two ways to dump: pick one")
     if args.shared_dump < 0:
