@@ -233,3 +233,17 @@ def test_acceptance_by_position_is_the_share_accepted_of_the_rounds_that_reached
     table = _acceptance_table({"fovea": {"acceptance_by_position": rates}, "autoregressive": {}},
                               ["autoregressive", "fovea"], positions=4)
     assert "| fovea | 0.60 | 0.67 | 0.00 | - |" in table
+
+
+def test_tree_sweep_shapes_are_parsed_and_checked_against_the_tree_ranges(capsys):
+    from fovea.bench.cli import parse_args
+    from fovea.bench.methods import shape_name, tree_sweep_methods
+
+    args = parse_args(["--tree-sweep", "--shapes", "13,1,13", "9,2,16"])
+    assert args.shapes == [(13, 1, 13), (9, 2, 16)]
+    methods = tree_sweep_methods(tuple(args.shapes))
+    assert len(methods) == 1 + 2 * 2 and shape_name("fovea", (13, 1, 13)) in methods
+    for bad, says in (("13,1", "DEPTH,TOP_K,NODES"), ("17,1,17", "depth must be"), ("9,0,9", "top_k must be")):
+        with pytest.raises(SystemExit):
+            parse_args(["--tree-sweep", "--shapes", bad])
+        assert says in capsys.readouterr().err

@@ -40,6 +40,21 @@ PRESETS = {
 }
 
 
+def tree_shape(text: str) -> tuple[int, int, int]:
+    """"DEPTH,TOP_K,NODES" -> a tree shape, each in TreeConfig's range."""
+    from fovea.config import TreeConfig, range_of
+
+    parts = text.split(",")
+    if len(parts) != 3 or not all(x.strip().isdigit() for x in parts):
+        raise argparse.ArgumentTypeError(f"a tree shape is DEPTH,TOP_K,NODES (three whole numbers), got {text!r}")
+    shape = tuple(int(x) for x in parts)
+    for name, value in zip(("depth", "top_k", "total_tokens"), shape):
+        allowed = range_of(TreeConfig, name)
+        if value not in allowed:
+            raise argparse.ArgumentTypeError(f"{text!r}: {name} must be {allowed.text}, got {value}")
+    return shape
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m fovea.bench", description=__doc__)
     p.add_argument("--preset", choices=sorted(PRESETS), default="default")
@@ -66,6 +81,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tree-sweep", action="store_true",
                    help="compare tree shapes (TREE_SHAPES) for FOVEA and its twin on tuning questions "
                         "(default 30) instead of the benchmark")
+    p.add_argument("--shapes", nargs="+", type=tree_shape, metavar="DEPTH,TOP_K,NODES",
+                   help="with --tree-sweep: these shapes instead of TREE_SHAPES, e.g. --shapes 9,1,9 11,2,12")
     p.add_argument("--trigger-sweep", action="store_true",
                    help="compare correction.trigger thresholds (TRIGGERS) for each FOVEA drafter context beside its "
                         "twin on tuning questions (default 30); writes assets/results/trigger_sweep")

@@ -92,8 +92,10 @@ def _sweep(args, pipe, base: FoveaConfig, table: dict[str, Method], default_out:
 
 
 def tree_sweep(args, pipe, base: FoveaConfig) -> str:
-    return _sweep(args, pipe, base, tree_sweep_methods(), "assets/results/tree_sweep",
-                  {"shapes": [list(s) for s in TREE_SHAPES], "drafters": list(SWEEP_DRAFTERS)}, tree_sweep_markdown)
+    shapes = tuple(args.shapes or TREE_SHAPES)
+    return _sweep(args, pipe, base, tree_sweep_methods(shapes), "assets/results/tree_sweep",
+                  {"shapes": [list(s) for s in shapes], "drafters": list(SWEEP_DRAFTERS)},
+                  lambda summary, meta: tree_sweep_markdown(summary, meta, shapes))
 
 
 PAIR_SWEEPS = {   # name: (variants, default folder, what @label means, the twins run the variants too, (FOVEA, twin) pairs)
