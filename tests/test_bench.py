@@ -243,6 +243,10 @@ def test_tree_sweep_shapes_are_parsed_and_checked_against_the_tree_ranges(capsys
     assert args.shapes == [(13, 1, 13), (9, 2, 16)]
     methods = tree_sweep_methods(tuple(args.shapes))
     assert len(methods) == 1 + 2 * 2 and shape_name("fovea", (13, 1, 13)) in methods
+    assert parse_args(["--tree", "16,1,16"]).tree == (16, 1, 16) and parse_args([]).tree is None
+    with pytest.raises(SystemExit):
+        parse_args(["--tree", "16,1"])
+    assert "DEPTH,TOP_K,NODES" in capsys.readouterr().err
     for bad, says in (("13,1", "DEPTH,TOP_K,NODES"), ("17,1,17", "depth must be"), ("9,0,9", "top_k must be")):
         with pytest.raises(SystemExit):
             parse_args(["--tree-sweep", "--shapes", bad])

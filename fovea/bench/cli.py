@@ -83,6 +83,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "(default 30) instead of the benchmark")
     p.add_argument("--shapes", nargs="+", type=tree_shape, metavar="DEPTH,TOP_K,NODES",
                    help="with --tree-sweep: these shapes instead of TREE_SHAPES, e.g. --shapes 9,1,9 11,2,12")
+    p.add_argument("--tree", type=tree_shape, metavar="DEPTH,TOP_K,NODES",
+                   help="the tree every tree method drafts (default TreeConfig's 9,2,16), e.g. --tree 16,1,16 for the "
+                        "deep chain the tree sweep picks on the 16-layer candidate target")
     p.add_argument("--trigger-sweep", action="store_true",
                    help="compare correction.trigger thresholds (TRIGGERS) for each FOVEA drafter context beside its "
                         "twin on tuning questions (default 30); writes assets/results/trigger_sweep")
@@ -198,6 +201,9 @@ def main(argv=None) -> None:
     base = FoveaConfig().replace(decoding={"max_new_tokens": max_new, "trace": False})
     if args.stop_below is not None:
         base = base.replace(tree={"stop_below": args.stop_below})
+    if args.tree is not None:
+        depth, top_k, total = args.tree
+        base = base.replace(tree={"depth": depth, "top_k": top_k, "total_tokens": total})
     if args.tree_sweep:
         print(tree_sweep(args, pipe, base))
         return
