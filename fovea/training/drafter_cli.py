@@ -249,8 +249,8 @@ def main(argv=None) -> None:
     if dumped is None:
         data, inputs = batches(target, cfg, step), None
     else:
-        shuffled = args.dump_shuffle is not None
-        data = step_batches(dumped, cfg.batch_size, step, shuffle=shuffled, seed=args.dump_shuffle if shuffled else 0)
+        data = step_batches(dumped, cfg.batch_size, step, shuffle=args.dump_shuffle is not None,
+                            seed=args.dump_shuffle or 0)
         inputs = dumped_inputs(target)
     last = {}
 

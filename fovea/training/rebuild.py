@@ -98,6 +98,14 @@ DUMP_BATCH = 16                # DrafterTrainConfig.batch_size: the samples each
 DUMP_MS_PER_SAMPLE = 80
 
 
+def dump_step(name: str, target: Path, folder: Path, samples: int, seed_offset) -> Step:
+    """`python -m fovea.train dump` of `samples` generator samples from `seed_offset` into `folder`;
+    its minutes are DUMP_MS_PER_SAMPLE per sample."""
+    return Step(name, "dump", ("--set", f"target.path={target}", f"data.dumps={folder}", f"data.samples={samples}",
+                               f"data.seed_offset={seed_offset}"),
+                round(samples * DUMP_MS_PER_SAMPLE / 60_000), ())
+
+
 def with_dumps(steps: list[Step], target: Path, runs: Path) -> list[Step]:
     """The plan with a dump before every drafter step (its seeds, total steps x DUMP_BATCH samples)
     and that step trained from it. A dump's minutes are DUMP_MS_PER_SAMPLE per sample; training from a
@@ -110,9 +118,7 @@ def with_dumps(steps: list[Step], target: Path, runs: Path) -> list[Step]:
         opts = dict(zip(s.argv, s.argv[1:]))
         folder = Path(runs) / "dumps" / s.name
         samples = int(opts["--total-steps"]) * DUMP_BATCH
-        out.append(Step(f"dump_{s.name}", "dump", ("--set", f"target.path={target}", f"data.dumps={folder}",
-                                                    f"data.samples={samples}", f"data.seed_offset={opts['--seed-offset']}"),
-                        round(samples * DUMP_MS_PER_SAMPLE / 60_000), ()))
+        out.append(dump_step(f"dump_{s.name}", target, folder, samples, opts["--seed-offset"]))
         out.append(replace(s, argv=(*s.argv, "--dumps", str(folder))))
     return out
 
@@ -121,10 +127,7 @@ def with_shared_dump(steps: list[Step], target: Path, runs: Path, samples: int, 
     """The plan with one dump of `samples` samples (seeds seed_base + 5,000,000: after the five steps'
     ranges) before the first drafter step, and every drafter step trained from it in its own order."""
     folder = Path(runs) / "dumps" / "shared"
-    dump = Step("dump_shared", "dump", ("--set", f"target.path={target}", f"data.dumps={folder}",
-                                        f"data.samples={samples}", f"data.seed_offset={seed_base + 5_000_000}"),
-                round(samples * DUMP_MS_PER_SAMPLE / 60_000), ())
-    out, k = [dump], 0
+    out, k = [dump_step("dump_shared", target, folder, samples, seed_base + 5_000_000)], 0
     for s in steps:
         if s.command == "drafter":
             k += 1
