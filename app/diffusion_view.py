@@ -274,7 +274,7 @@ def summary(chosen: str, steps, decodes: dict[str, Decode], timings: Timings, **
 
     def median(m: str, base: str) -> float | None:
         s = timings.speedup(m, base)
-        return None if s is None else round(s.median, 3)
+        return None if s is None else s.median
     stop = next((st.step + 1 for st in steps if st.rule in ("cvc", "gate")), None)
     return {"decoding": chosen, **{m: one(m) for m in (chosen, FULL, AUTOREGRESSIVE)},
             "speedup_vs_full": median(chosen, FULL), "speedup_vs_autoregressive": median(chosen, AUTOREGRESSIVE),

@@ -94,7 +94,7 @@ def summary(runs: dict, timings: Timings, **extra) -> dict:
 
     def median(m: str) -> float | None:
         s = timings.speedup(m)
-        return None if s is None else round(s.median, 3)
+        return None if s is None else s.median
     return {**{m: one(m) for m in COLUMNS}, "speedup": median(FOVEA), "twin_speedup": median(NO_CORRECTION),
             "timing": timings.as_dict(), **extra}
 

@@ -190,6 +190,19 @@ def test_the_headline_and_the_table_give_the_same_timed_speedups(result):
     assert s["fovea"]["mean_tau"] == 2.0 and s["fovea"]["wall_s"] == pytest.approx(5 / 30, abs=1e-4)
 
 
+@pytest.mark.parametrize("ratio", [2.7249, 2.7251, 2.725, 1.0049999, 0.99951])
+def test_a_ratio_on_a_rounding_edge_reads_the_same_in_headline_table_and_json(result, ratio):
+    # CI once showed 2.72 in the headline and 2.73 from the JSON: the JSON had rounded to 3 places first
+    runs = {"fovea": result, "autoregressive": dataclasses.replace(result, method="autoregressive")}
+    t = Timings([{"fovea": 10.0 * ratio, "autoregressive": 10.0}])
+    out, s = metrics.metrics_html(runs, t), metrics.summary(runs, t)
+    head = dict(re.findall(r'data-method="(\w+)" data-speedup="([\d.]+)"', out))
+    assert head == {"fovea": f"{s['speedup']:.2f}"}
+    cells = re.search(r'fv-timed-speedup"><th>[^<]*</th>(.*?)</tr>', out).group(1)
+    assert re.findall(r"<td>([^<]*)</td>", cells)[0] == f"{s['speedup']:.2f}×"
+    assert s["timing"]["speedup"]["fovea"]["median"] == s["speedup"]
+
+
 def test_comparison_table_shows_the_median_and_range_or_says_one_run(result):
     t = Timings([{"dense": 20.0, "autoregressive": 10.0}, {"dense": 17.0, "autoregressive": 10.0},
                  {"dense": 24.0, "autoregressive": 10.0}])
