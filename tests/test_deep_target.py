@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from fovea.models import bundled
-from fovea.training.deep import (DeepTargetConfig, LayerOutputs, build_student, distill_step, hidden_loss,
-                                 stacked_layers, teacher_right)
+from fovea.training.deep import (DeepTargetConfig, LayerOutputs, ProjectedTokens, build_student, distill_step,
+                                 hidden_loss, param_groups, stacked_layers, teacher_right)
 from fovea.training.layer_use import subnetwork, update_ratios
 from fovea.training.target import TargetTrainConfig, training_batch
 
@@ -107,6 +107,42 @@ def test_layer_use_sees_an_identity_layer_as_zero_and_keeps_strided_subnetworks(
     sub = subnetwork(student, [0, 2])
     assert len(sub.model.language_model.layers) == 2 == sub.config.text_config.num_hidden_layers
     assert sub.model.language_model.layers[1].self_attn.layer_idx == 1
+
+
+def test_with_a_vision_lr_scale_the_vision_tower_and_projector_train_on_the_patch_labels(teacher_and_tokenizer):
+    from fovea.training.target import AuxHeads
+
+    teacher, tok = teacher_and_tokenizer
+    cfg = DeepTargetConfig(layers=2 * teacher.config.text_config.num_hidden_layers, intermediate_size=32,
+                           vision_lr_scale=0.1, aux_weight=0.5)
+    student = build_student(teacher, cfg)
+    aux = AuxHeads(teacher.config.text_config.hidden_size)
+    tokens = ProjectedTokens(student)
+    losses = distill_step(student, teacher, (LayerOutputs(student), LayerOutputs(teacher)), _batch(teacher, tok),
+                          cfg, (tokens, aux))
+    assert tokens.tokens.shape[-1] == teacher.config.text_config.hidden_size and losses["aux"] > 0
+    # with aux-only images the loss averages both sets; the images are drawn the same every call
+    from fovea.training.deep import aux_image_batch
+
+    batch = _batch(teacher, tok)
+    batch["aux_pixels"], batch["aux_labels"] = aux_image_batch(3, 2, teacher.config.vision_config.image_size)
+    assert torch.equal(batch["aux_pixels"], aux_image_batch(3, 2, teacher.config.vision_config.image_size)[0])
+    with_extra = distill_step(student, teacher, (LayerOutputs(student), LayerOutputs(teacher)), batch, cfg,
+                              (tokens, aux))
+    assert torch.isfinite(with_extra["aux"]) and with_extra["aux"] != losses["aux"]
+    student.zero_grad(set_to_none=True)
+    losses["total"].backward()
+    for name, p in student.named_parameters():
+        frozen = name.startswith(("model.language_model.embed_tokens.", "lm_head.")) or "post_layernorm" in name
+        assert p.requires_grad == (not frozen) and (p.grad is not None) == (not frozen), name
+    assert any(p.grad is not None for p in aux.heads.parameters())        # the aux heads learn along
+    groups = param_groups(student, aux, cfg)
+    assert [g["lr_scale"] for g in groups] == [1.0, 0.1, 1.0]
+    vision = {id(p) for n, p in student.named_parameters() if n.startswith("model.vision_tower.") and p.requires_grad}
+    assert vision <= {id(p) for p in groups[1]["params"]} and not vision & {id(p) for p in groups[0]["params"]}
+    # at scale 0 the tower stays frozen and has no group
+    assert len(param_groups(build_student(teacher, dataclasses.replace(cfg, vision_lr_scale=0.0)), aux,
+                            dataclasses.replace(cfg, vision_lr_scale=0.0))) == 1
 
 
 def test_an_exported_student_continues_with_init_from(teacher_and_tokenizer, tmp_path):

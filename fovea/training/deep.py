@@ -17,6 +17,10 @@ With `kd_gate`, the last two terms apply only to sequences whose fact tokens (me
 teacher predicts right (teacher-forced argmax), so the student learns layouts the teacher misreads from the labels alone.
 The last term gives each group of L/T student layers the work of one teacher layer; no subset of
 every (L/T)-th layer is asked to carry the function (`python -m fovea.train layer-use` checks it).
+With `vision_lr_scale` > 0 the vision tower and projector train too (at lr x that scale), with
+  + aux_weight x the per-patch label loss (shape, colour, glyph: the teacher's aux heads, trained along)
+on the projected visual tokens: the teacher's tower never saw the widened world's looks, and on
+held-out looks it misread bar-label characters (G for C, U for V) that no decoder can recover.
 
 Knows nothing about speculative decoding. Writes checkpoints (resume), log.jsonl, curves.jsonl
 (teacher-forced probe) and eval.jsonl (greedy accuracy) in --run-dir, and an fp16 export to --out.
@@ -40,8 +44,8 @@ from fovea.training.target import (AuxHeads, TargetTrainConfig, drill_batch, eva
 
 INITS = ("random", "stack")
 # what the student takes from the teacher unchanged and never trains (its decoder layers and final norm train)
-FROZEN_PREFIXES = ("model.vision_tower.", "model.multi_modal_projector.", "model.language_model.embed_tokens.",
-                   "lm_head.")
+VISION_PREFIXES = ("model.vision_tower.", "model.multi_modal_projector.")
+FROZEN_PREFIXES = VISION_PREFIXES + ("model.language_model.embed_tokens.", "lm_head.")
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,9 @@ class DeepTargetConfig:
     hidden_weight: float = 1.0      # the student's stream every L/T layers against the teacher's per layer
     kd_gate: bool = True            # distil (KL and hidden) only on rows whose answers the teacher gets right
     drill_rows: int = 0             # text-only chart-value drills per step (distilled like the images)
+    vision_lr_scale: float = 0.0    # > 0: the vision tower and projector train at lr x this; 0: frozen
+    aux_weight: float = 0.5         # the per-patch label loss on the visual tokens (only when the vision trains)
+    aux_images: int = 0             # extra images per step through the vision tower alone, for that loss
     seed: int = 0
 
 
@@ -95,8 +102,43 @@ def build_student(teacher, cfg: DeepTargetConfig):
     own.update(shared)
     student.load_state_dict(own)
     for name, p in student.named_parameters():
-        p.requires_grad_(not name.startswith(FROZEN_PREFIXES))
+        p.requires_grad_(trains(name, cfg))
     return student.train()
+
+
+def trains(name: str, cfg: DeepTargetConfig) -> bool:
+    """Whether the student's parameter `name` trains: the decoder and final norm always, the vision tower
+    and projector when `cfg.vision_lr_scale` > 0 (less the tower's post_layernorm, which the feature layer
+    LLaVA reads comes before), embeddings and LM head never."""
+    if "post_layernorm" in name:
+        return False
+    return not name.startswith(FROZEN_PREFIXES) or (cfg.vision_lr_scale > 0 and name.startswith(VISION_PREFIXES))
+
+
+def param_groups(student, aux, cfg: DeepTargetConfig) -> list[dict]:
+    """AdamW groups, each with its `lr_scale` (the step's lr times it): the decoder at 1, the vision
+    tower and projector at `vision_lr_scale` with the aux heads at 1 (only when the vision trains)."""
+    named = [(n, p) for n, p in student.named_parameters() if p.requires_grad]
+    groups = [{"params": [p for n, p in named if not n.startswith(VISION_PREFIXES)], "lr_scale": 1.0}]
+    if cfg.vision_lr_scale > 0:
+        groups.append({"params": [p for n, p in named if n.startswith(VISION_PREFIXES)],
+                       "lr_scale": cfg.vision_lr_scale})
+        groups.append({"params": list(aux.parameters()), "lr_scale": 1.0})
+    return groups
+
+
+class ProjectedTokens:
+    """A forward hook that keeps the projector's output (the visual tokens [B, N, D]) of the last forward."""
+
+    def __init__(self, model):
+        self.tokens = None
+        self.handle = model.model.multi_modal_projector.register_forward_hook(self._keep)
+
+    def _keep(self, _module, _inputs, output):
+        self.tokens = output
+
+    def remove(self) -> None:
+        self.handle.remove()
 
 
 def stacked_layers(teacher, layers: int) -> dict:
@@ -156,8 +198,9 @@ def hidden_loss(student_out: list, teacher_out: list, mask: torch.Tensor) -> tor
 
 
 def distill_step(student, teacher, hooks: tuple[LayerOutputs, LayerOutputs], batch: dict,
-                 cfg: DeepTargetConfig) -> dict:
-    """One step's losses {lm, kd, hidden, total} on a packed image batch."""
+                 cfg: DeepTargetConfig, vision: tuple | None = None) -> dict:
+    """One step's losses {lm, kd, hidden, total} on a packed image batch; with `vision` = (the student's
+    ProjectedTokens hook, its trainable AuxHeads) also {aux}, the per-patch label loss."""
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
               "pixel_values": batch["pixel_values"]}
     with torch.no_grad():
@@ -168,8 +211,18 @@ def distill_step(student, teacher, hooks: tuple[LayerOutputs, LayerOutputs], bat
     lm = weighted_lm_loss(s_logits, batch)
     kd = kd_loss(s_logits, t_logits, weights * rows[:, None])
     hid = hidden_loss(hooks[0].outputs, hooks[1].outputs, batch["attention_mask"] * rows[:, None])
-    return {"lm": lm, "kd": kd, "hidden": hid, "gated": (~rows).float().mean(),
-            "total": lm + cfg.kd_weight * kd + cfg.hidden_weight * hid}
+    out = {"lm": lm, "kd": kd, "hidden": hid, "gated": (~rows).float().mean(),
+           "total": lm + cfg.kd_weight * kd + cfg.hidden_weight * hid}
+    if vision is not None:
+        tokens, aux = vision
+        feats = tokens.tokens.reshape(batch["pixel_values"].shape[0], -1, tokens.tokens.shape[-1])
+        out["aux"] = aux(feats, batch["patch_labels"])
+        if "aux_pixels" in batch:   # more images through the tower alone, as the shipped recipe did
+            from fovea.training.target import image_features
+            extra = aux(image_features(student, batch["aux_pixels"]), batch["aux_labels"])
+            out["aux"] = (out["aux"] + extra) / 2
+        out["total"] = out["total"] + cfg.aux_weight * out["aux"]
+    return out
 
 
 def teacher_right(t_logits: torch.Tensor, batch: dict) -> torch.Tensor:
@@ -190,6 +243,28 @@ def drill_distill(student, teacher, batch: dict) -> torch.Tensor:
         t_logits = teacher.lm_head(teacher.model.language_model(**kw).last_hidden_state[:, :-1])
     s_logits = student.lm_head(student.model.language_model(**kw).last_hidden_state[:, :-1])
     return weighted_lm_loss(s_logits, batch) + kd_loss(s_logits, t_logits, batch["weights"][:, 1:])
+
+
+def probe_layout(student, aux, tokenizer) -> dict:
+    """The probe's glyph and chart figures on the held-out looks (the `layout` split)."""
+    out = probe(student, aux, tokenizer, split="layout")
+    return {k: v for k, v in out.items() if k.startswith(("probe/", "chart/"))}
+
+
+AUX_FAMILIES = ("chart", "chart", "ocr", "scene")   # the aux-only images, in turn: glyphs on charts first
+
+
+def aux_image_batch(step: int, n: int, size: int) -> tuple[torch.Tensor, dict]:
+    """(pixels [n, 3, S, S], patch labels) of step's aux-only images: training conversations' images
+    (so in the looks training draws, never a held-out one) from far-off training seeds."""
+    from fovea.data import make_conversation
+    from fovea.models.bundled import image_to_pixels
+    from fovea.training.packing import patch_label_batch
+    from fovea.training.target import AUX_SEED_START
+
+    convs = [make_conversation(AUX_SEED_START + seed, 1, AUX_FAMILIES[seed % len(AUX_FAMILIES)])
+             for seed in range(step * n, (step + 1) * n)]
+    return torch.cat([image_to_pixels(c.image, size) for c in convs]), patch_label_batch(convs)
 
 
 def load_teacher(folder: Path):
@@ -257,8 +332,12 @@ def parse_args(argv=None):
         p.error("--layers, --intermediate-size, --batch-size and --turns must be >= 1")
     if args.minutes <= 0 or not 0.0 <= args.focus_share <= 1.0:
         p.error("--minutes must be > 0 and --focus-share in [0, 1]")
-    if min(args.kd_weight, args.hidden_weight, args.mention_weight, args.stress_weight) < 0:
+    if min(args.kd_weight, args.hidden_weight, args.mention_weight, args.stress_weight, args.aux_weight) < 0:
         p.error("loss weights must be >= 0")
+    if args.aux_images < 0 or (args.aux_images and not args.vision_lr_scale):
+        p.error("--aux-images must be >= 0, and trains the vision tower: pass --vision-lr-scale > 0 with it")
+    if args.vision_lr_scale < 0:
+        p.error(f"--vision-lr-scale must be >= 0 (0 keeps the vision tower frozen), got {args.vision_lr_scale}")
     if not (args.teacher / "config.json").exists():
         p.error(f"--teacher {args.teacher}: no exported target there (config.json missing)")
     return args
@@ -279,15 +358,22 @@ def main(argv=None) -> None:
         student = build_student(teacher, cfg)
     except ValueError as e:
         raise SystemExit(str(e))
-    params = [p for p in student.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    import copy
+
+    own_aux = copy.deepcopy(aux).train()   # trains with the vision tower; `aux` stays the teacher's probe
+    own_aux.weights = {"char": 2.0}        # the shipped target's recipe (char_weight): glyphs are what it misreads
+    groups = param_groups(student, own_aux, cfg)
+    params = [p for g in groups for p in g["params"]]
+    opt = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     ckpt = Checkpointer(run)
-    step, extra = ckpt.load({"model": student, "opt": opt})
+    modules = {"model": student, "opt": opt, **({"aux": own_aux} if cfg.vision_lr_scale > 0 else {})}
+    step, extra = ckpt.load(modules)
     warm_start = extra.get("warm_start", 0)
     if step == 0 and args.init_from:
         step = warm_start = load_student(student, args.init_from)
-    student.to(device), teacher.to(device), aux.to(device)
+    student.to(device), teacher.to(device), aux.to(device), own_aux.to(device)
     hooks = (LayerOutputs(student), LayerOutputs(teacher))
+    vision = (ProjectedTokens(student), own_aux) if cfg.vision_lr_scale > 0 else None
     # the shipped target's batches and drills (the same generator, weights and packing)
     recipe = TargetTrainConfig(batch_size=cfg.batch_size, turns=cfg.turns, mention_weight=cfg.mention_weight,
                                stress_weight=cfg.stress_weight, drill_rows=cfg.drill_rows)
@@ -304,10 +390,14 @@ def main(argv=None) -> None:
     while step < cfg.total_steps and timer.minutes() < args.minutes and not stop:
         lr = lr_wsd(step, cfg, warm_start)
         for g in opt.param_groups:
-            g["lr"] = lr
-        batch = to_device(training_batch(step, recipe, tokenizer, student, focus, args.focus_share), device)
+            g["lr"] = lr * g.get("lr_scale", 1.0)
+        batch = training_batch(step, recipe, tokenizer, student, focus, args.focus_share)
+        if vision and cfg.aux_images:
+            batch["aux_pixels"], batch["aux_labels"] = aux_image_batch(
+                step, cfg.aux_images, student.config.vision_config.image_size)
+        batch = to_device(batch, device)
         with autocast:
-            losses = distill_step(student, teacher, hooks, batch, cfg)
+            losses = distill_step(student, teacher, hooks, batch, cfg, vision)
             total = losses["total"]
             if cfg.drill_rows:
                 drill = to_device(drill_batch(step, recipe, tokenizer, student), device)
@@ -320,22 +410,28 @@ def main(argv=None) -> None:
         step += 1
         bar.update(1)
         bar.set_postfix(lm=f"{losses['lm'].item():.3f}", kd=f"{losses['kd'].item():.3f}",
-                        hid=f"{losses['hidden'].item():.3f}")
+                        hid=f"{losses['hidden'].item():.3f}", **({"aux": f"{losses['aux'].item():.3f}"} if vision else {}))
         append_jsonl(run / "log.jsonl", {"step": step, **{k: round(v.item(), 4) for k, v in losses.items()},
                                          "lr": lr, "minutes": round(timer.minutes(), 2)})
         if step % args.save_every == 0:
-            ckpt.save(step, {"model": student, "opt": opt}, {"warm_start": warm_start})
+            ckpt.save(step, modules, {"warm_start": warm_start})
         if step % args.probe_every == 0:
+            probe_aux = own_aux if vision else aux
             append_jsonl(run / "curves.jsonl", {"step": step, "minutes": round(timer.minutes(), 2),
-                                                **probe(student, aux, tokenizer)})
+                                                **probe(student, probe_aux, tokenizer),
+                                                **({"layout": probe_layout(student, probe_aux, tokenizer)}
+                                                   if vision else {})})
         if step % args.eval_every == 0:
             acc = evaluate(student, tokenizer, n_per_task=args.eval_n)
             append_jsonl(run / "eval.jsonl", {"step": step, **acc, "sum": round(sum(acc.values()), 3)})
             tqdm.write(f"step {step}: sum {sum(acc.values()):.2f} {acc}")
-    ckpt.save(step, {"model": student, "opt": opt}, {"warm_start": warm_start})
+    ckpt.save(step, modules, {"warm_start": warm_start})
     hooks[0].remove(), hooks[1].remove()
-    export(student.cpu().float(), tokenizer, args.out, cfg, step, run_dir=run)
-    if (args.teacher / "aux_heads.safetensors").exists():   # the frozen vision tower's heads travel with it
+    if vision:
+        vision[0].remove()
+    # a trained vision tower's heads are its own; a frozen tower's are the teacher's, copied
+    export(student.cpu().float(), tokenizer, args.out, cfg, step, aux=own_aux.cpu() if vision else None, run_dir=run)
+    if not vision and (args.teacher / "aux_heads.safetensors").exists():
         import shutil
         shutil.copy(args.teacher / "aux_heads.safetensors", args.out / "aux_heads.safetensors")
     tqdm.write(f"exported step {step} to {args.out}")
