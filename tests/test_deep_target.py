@@ -122,11 +122,13 @@ def test_with_a_vision_lr_scale_the_vision_tower_and_projector_train_on_the_patc
                           cfg, (tokens, aux))
     assert tokens.tokens.shape[-1] == teacher.config.text_config.hidden_size and losses["aux"] > 0
     # with aux-only images the loss averages both sets; the images are drawn the same every call
-    from fovea.training.deep import aux_image_batch
+    from fovea.training.deep import AUX_FAMILIES
+    from fovea.training.target import AUX_SEED_START, aux_images
 
+    size = teacher.config.vision_config.image_size
     batch = _batch(teacher, tok)
-    batch["aux_pixels"], batch["aux_labels"] = aux_image_batch(3, 2, teacher.config.vision_config.image_size)
-    assert torch.equal(batch["aux_pixels"], aux_image_batch(3, 2, teacher.config.vision_config.image_size)[0])
+    batch["aux_pixels"], batch["aux_labels"] = aux_images(AUX_SEED_START, 3, 2, AUX_FAMILIES, size, looks=True)
+    assert torch.equal(batch["aux_pixels"], aux_images(AUX_SEED_START, 3, 2, AUX_FAMILIES, size, looks=True)[0])
     with_extra = distill_step(student, teacher, (LayerOutputs(student), LayerOutputs(teacher)), batch, cfg,
                               (tokens, aux))
     assert torch.isfinite(with_extra["aux"]) and with_extra["aux"] != losses["aux"]

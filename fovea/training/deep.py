@@ -39,8 +39,9 @@ from tqdm import tqdm
 from fovea.models.bundled import DEFAULT_TARGET_DIR, load_tokenizer, save_config_json
 from fovea.training.common import (AUTOCAST_CHOICES, Checkpointer, Timer, add_config_args, append_jsonl,
                                    bf16_autocast, config_from_args)
-from fovea.training.target import (AuxHeads, TargetTrainConfig, drill_batch, evaluate, export, lr_wsd, parse_focus,
-                                   probe, stop_on_sigterm, to_device, training_batch, weighted_lm_loss)
+from fovea.training.target import (AUX_SEED_START, AuxHeads, TargetTrainConfig, aux_images, drill_batch, evaluate,
+                                   export, lr_wsd, parse_focus, probe, stop_on_sigterm, to_device, training_batch,
+                                   weighted_lm_loss)
 
 INITS = ("random", "stack")
 # what the student takes from the teacher unchanged and never trains (its decoder layers and final norm train)
@@ -251,20 +252,8 @@ def probe_layout(student, aux, tokenizer) -> dict:
     return {k: v for k, v in out.items() if k.startswith(("probe/", "chart/"))}
 
 
-AUX_FAMILIES = ("chart", "chart", "ocr", "scene")   # the aux-only images, in turn: glyphs on charts first
-
-
-def aux_image_batch(step: int, n: int, size: int) -> tuple[torch.Tensor, dict]:
-    """(pixels [n, 3, S, S], patch labels) of step's aux-only images: training conversations' images
-    (so in the looks training draws, never a held-out one) from far-off training seeds."""
-    from fovea.data import make_conversation
-    from fovea.models.bundled import image_to_pixels
-    from fovea.training.packing import patch_label_batch
-    from fovea.training.target import AUX_SEED_START
-
-    convs = [make_conversation(AUX_SEED_START + seed, 1, AUX_FAMILIES[seed % len(AUX_FAMILIES)])
-             for seed in range(step * n, (step + 1) * n)]
-    return torch.cat([image_to_pixels(c.image, size) for c in convs]), patch_label_batch(convs)
+# the aux-only images (--aux-images), in turn, drawn in training looks: glyphs on charts first
+AUX_FAMILIES = ("chart", "chart", "ocr", "scene")
 
 
 def load_teacher(folder: Path):
@@ -393,8 +382,9 @@ def main(argv=None) -> None:
             g["lr"] = lr * g.get("lr_scale", 1.0)
         batch = training_batch(step, recipe, tokenizer, student, focus, args.focus_share)
         if vision and cfg.aux_images:
-            batch["aux_pixels"], batch["aux_labels"] = aux_image_batch(
-                step, cfg.aux_images, student.config.vision_config.image_size)
+            batch["aux_pixels"], batch["aux_labels"] = aux_images(
+                AUX_SEED_START, step, cfg.aux_images, AUX_FAMILIES, student.config.vision_config.image_size,
+                looks=True)
         batch = to_device(batch, device)
         with autocast:
             losses = distill_step(student, teacher, hooks, batch, cfg, vision)

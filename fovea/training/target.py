@@ -309,12 +309,20 @@ def training_batch(step: int, cfg: TargetTrainConfig, tokenizer, model, focus: l
     batch = pack_batch(convs, tokenizer, prompt_format(model.config), cfg.mention_weight, image_size=size,
                        stress_weight=cfg.stress_weight)
     if cfg.aux_images:
-        families = cfg.aux_families
-        extra = [make_sample(AUX_SEED_START + seed, family=families[seed % len(families)])
-                 for seed in range(step * cfg.aux_images, (step + 1) * cfg.aux_images)]
-        batch["aux_pixels"] = torch.cat([image_to_pixels(s.image, size) for s in extra])
-        batch["aux_labels"] = patch_label_batch(extra)
+        batch["aux_pixels"], batch["aux_labels"] = aux_images(AUX_SEED_START, step, cfg.aux_images,
+                                                              cfg.aux_families, size)
     return batch
+
+
+def aux_images(start: int, step: int, n: int, families, size: int, looks: bool = False) -> tuple[torch.Tensor, dict]:
+    """(pixels [n, 3, S, S], patch labels) of a step's images for the vision tower alone: seeds
+    start + step*n .. start + (step+1)*n - 1, from `families` in turn. Drawn as make_sample draws them
+    (the base look), or with `looks` as a training conversation's image (a training look on
+    looks.WIDE_SHARE of charts and scenes, never a held-out one)."""
+    records = [make_conversation(start + seed, 1, families[seed % len(families)]) if looks
+               else make_sample(start + seed, family=families[seed % len(families)])
+               for seed in range(step * n, (step + 1) * n)]
+    return torch.cat([image_to_pixels(r.image, size) for r in records]), patch_label_batch(records)
 
 
 def drill_batch(step: int, cfg: TargetTrainConfig, tokenizer, model) -> dict:
@@ -348,12 +356,9 @@ def weighted_lm_loss(logits: torch.Tensor, batch: dict) -> torch.Tensor:
 
 def vision_batch(step: int, cfg: TargetTrainConfig, model) -> dict:
     """A vision-only step's images: batch_size + aux_images of them, drawn from aux_families in turn."""
-    n, families = cfg.batch_size + cfg.aux_images, cfg.aux_families
-    samples = [make_sample(VISION_SEED_START + seed, family=families[seed % len(families)])
-               for seed in range(step * n, (step + 1) * n)]
-    size = model.config.vision_config.image_size
-    return {"aux_pixels": torch.cat([image_to_pixels(s.image, size) for s in samples]),
-            "aux_labels": patch_label_batch(samples)}
+    pixels, labels = aux_images(VISION_SEED_START, step, cfg.batch_size + cfg.aux_images, cfg.aux_families,
+                                model.config.vision_config.image_size)
+    return {"aux_pixels": pixels, "aux_labels": labels}
 
 
 def parse_args(argv=None):
