@@ -220,9 +220,7 @@ def _bwec_sentence(steps, latch, block_length: int) -> str:
 
 # ---- timed speed and counts -------------------------------------------------------------------
 def _ratio(s: Speedup | None) -> str:
-    if s is None:
-        return "—"
-    return f"{s.median:.2f}×" if s.n == 1 else f"{s.median:.2f}× ({s.low:.2f}–{s.high:.2f})"
+    return "—" if s is None else s.cell()
 
 
 def speed_html(chosen: str, decodes: dict[str, Decode], timings: Timings | None, status: str = "") -> str:

@@ -31,9 +31,7 @@ def _methods(runs: dict) -> list[str]:
 
 
 def _speedup_text(s: Speedup | None) -> str:
-    if s is None:
-        return "—"
-    return f"{s.median:.2f}×" if s.n == 1 else f"{s.median:.2f}× ({s.low:.2f}–{s.high:.2f})"
+    return "—" if s is None else s.cell()
 
 
 def headline_html(runs: dict, timings: Timings | None, status: str = "") -> str:

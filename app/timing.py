@@ -87,6 +87,10 @@ class Speedup:
     high: float
     n: int
 
+    def cell(self) -> str:
+        """The table cell: "1.42× (1.31–1.55)", or "1.42×" for a single run."""
+        return f"{self.median:.2f}×" if self.n == 1 else f"{self.median:.2f}× ({self.low:.2f}–{self.high:.2f})"
+
     def label(self) -> str:
         """"1.42× (median of 3 interleaved runs, 1.31-1.55×)" or "1.42× (one run)"."""
         if self.n == 1:

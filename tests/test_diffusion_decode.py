@@ -3,11 +3,12 @@ shipped tokenizer): the cached prefix equals the full forward, the schedule's in
 never fires changes nothing, BWEC never touches the final block, and training runs end to end."""
 import dataclasses
 import json
+import statistics
 
 import pytest
 import torch
 
-from fovea.bench.diffusion import markdown, measure, replay_cvc, summarise
+from fovea.bench.diffusion import TASK_NAMES, markdown, measure, replay_cvc, summarise, tune
 from fovea.data import make_sample, tuning_seeds
 from fovea.diffusion import (CanvasConfig, DiffusionDecodeConfig, DiffusionVLM, GateConfig, LatchConfig,
                              ScheduleConfig, diffusion_generate, load_diffusion)
@@ -138,6 +139,20 @@ def test_the_bench_tabulates_every_method(model):
     assert summary["latch"]["chart/value"]["speedup"] > 0
     assert summary["autoregressive"]["all"]["nfe"] <= LENGTH and "speedup_vs_autoregressive" in summary["full"]["all"]
     assert "chart/value" in markdown(summary, {"n_per_task": 2, "model": "tiny", "command": "test"})
+
+
+def test_tune_sweeps_the_block_length_then_replays_cvc_at_the_chosen_one(model):
+    result = tune(model, 1, blocks=(BLOCK, LENGTH))
+    assert set(result["block_accuracy"]) == {BLOCK, LENGTH}
+    best = max(result["block_accuracy"].values())
+    assert result["block_accuracy"][result["block_length"]] == best
+    assert result["block_length"] == max(b for b, a in result["block_accuracy"].items() if a == best)
+    assert statistics.mean(result["full_accuracy"].values()) == pytest.approx(best)
+    assert set(result["full_accuracy"]) == set(TASK_NAMES) and result["full_nfe"] == LENGTH
+    assert len(result["grid"]) == 24 and all(1 <= g["nfe"] <= LENGTH for g in result["grid"].values())
+    assert result["chosen"] is None or result["chosen"]["nfe"] == min(
+        g["nfe"] for g in result["grid"].values()
+        if all(g[t] >= result["full_accuracy"][t] - 0.02 for t in TASK_NAMES))
 
 
 def test_training_runs_resumes_and_exports_a_loadable_model(tmp_path):

@@ -6,9 +6,11 @@ is scored by the target's scorer (fovea.data.scoring.answer_correct). Per task: 
 steps (NFE), tokens/s (answer tokens before the EOS over wall time, prefill included) and both
 against the full schedule; the shipped autoregressive target (greedy, the same timing) is a sixth row.
 
-`--tune` chooses LATCH's CVC thresholds on tuning seeds instead: without BWEC the decode is the full
-schedule's until CVC fires, so one recorded full-schedule trajectory per question replays every
-(tau_c, stable_steps) exactly (`replay_cvc`). Knows nothing about training.
+`--tune` chooses the shared block length and LATCH's CVC thresholds on tuning seeds instead: first the
+full schedule's accuracy at each block length (TUNE_BLOCKS), then, at the chosen length, every
+(tau_c, stable_steps): without BWEC the decode is the full schedule's until CVC fires, so one recorded
+full-schedule trajectory per question replays each setting exactly (`replay_cvc`). Knows nothing about
+training.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -29,6 +32,7 @@ from fovea.diffusion.decode import diffusion_generate
 TASK_NAMES = tuple(f"{f}/{t}" for f, ts in TASKS.items() for t in ts)
 AUTOREGRESSIVE = "autoregressive"      # the shipped target, greedy: the reference the app also times
 TUNE_GRID = {"tau_c": (0.5, 0.7, 0.8, 0.9, 0.95, 0.99), "stable_steps": (1, 2, 3, 4)}
+TUNE_BLOCKS = (4, 8, 16, 32)
 
 
 def questions(n_per_task: int, seeds=eval_seeds) -> list:
@@ -36,10 +40,13 @@ def questions(n_per_task: int, seeds=eval_seeds) -> list:
     return [make_sample(seed, *task.split("/")) for task in TASK_NAMES for seed in seeds(n_per_task)]
 
 
-def measure(model, samples, methods, record: bool = False, target=None) -> list[dict]:
+def measure(model, samples, methods, record: bool = False, target=None, block_length: int | None = None) -> list[dict]:
     """One row per (question, method): correct, NFE, seconds, answer tokens, the rule that stopped it.
-    The method AUTOREGRESSIVE decodes with `target` (a BundledTarget) instead of the diffusion model."""
+    The method AUTOREGRESSIVE decodes with `target` (a BundledTarget) instead of the diffusion model.
+    `block_length` replaces the presets' shared block length (the tuning sweep)."""
     configs = {m: DiffusionDecodeConfig.from_name(m) for m in methods if m != AUTOREGRESSIVE}
+    if block_length is not None:
+        configs = {m: replace(c, schedule=replace(c.schedule, block_length=block_length)) for m, c in configs.items()}
     rows = []
     for i, s in enumerate(samples):
         task = f"{s.family}/{s.task}"
@@ -121,12 +128,17 @@ def replay_cvc(steps, tau_c: float, stable_steps: int) -> tuple[int, tuple[int, 
     return len(steps), steps[-1].prediction
 
 
-def tune(model, n_per_task: int) -> dict:
-    """Per (tau_c, stable_steps): per-task accuracy and mean NFE on tuning seeds, replayed from full-schedule
-    trajectories; the chosen setting is the one with the fewest steps whose accuracy is within 2 points of
-    the full schedule's on every task (ties: the larger tau_c)."""
+def tune(model, n_per_task: int, blocks=TUNE_BLOCKS) -> dict:
+    """On tuning seeds: the full schedule's accuracy at each block length in `blocks`, the chosen one the
+    most accurate over all tasks (ties: the longer block); then, at that length, per (tau_c,
+    stable_steps), per-task accuracy and mean NFE replayed from its full-schedule trajectories. The
+    chosen setting is the one with the fewest steps whose accuracy is within 2 points of the full
+    schedule's on every task (ties: the larger tau_c)."""
     samples = questions(n_per_task, tuning_seeds)
-    rows = measure(model, samples, ["full"], record=True)
+    by_block = {b: measure(model, samples, ["full"], record=True, block_length=b) for b in blocks}
+    block_accuracy = {b: statistics.mean(r["correct"] for r in rows) for b, rows in by_block.items()}
+    block = max(blocks, key=lambda b: (block_accuracy[b], b))
+    rows = by_block[block]
     tok, eos = model.tokenizer, model.eos_id
     grid = {}
     for tau_c in TUNE_GRID["tau_c"]:
@@ -143,7 +155,8 @@ def tune(model, n_per_task: int) -> dict:
     full = {t: statistics.mean(r["correct"] for r in rows if r["task"] == t) for t in TASK_NAMES}
     ok = [g for g in grid.values() if all(g[t] >= full[t] - 0.02 for t in TASK_NAMES)]
     chosen = min(ok, key=lambda g: (g["nfe"], -g["tau_c"])) if ok else None
-    return {"full_accuracy": full, "full_nfe": statistics.mean(r["nfe"] for r in rows), "grid": grid,
+    return {"block_accuracy": block_accuracy, "block_length": block, "full_accuracy": full,
+            "full_nfe": statistics.mean(r["nfe"] for r in rows), "grid": grid,
             "chosen": chosen, "n_per_task": n_per_task, "seeds": "tuning_seeds"}
 
 
@@ -187,7 +200,7 @@ def main(argv=None) -> None:
     if args.tune:
         result = {**meta, **tune(model, args.n)}
         (args.out / "tune.json").write_text(json.dumps(result, indent=2))
-        print(json.dumps({"chosen": result["chosen"], "full_nfe": result["full_nfe"]}, indent=2))
+        print(json.dumps({k: result[k] for k in ("block_accuracy", "block_length", "chosen", "full_nfe")}, indent=2))
         return
     rows = measure(model, questions(args.n), args.methods, target=target)
     summary = summarise(rows, args.methods)

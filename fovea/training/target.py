@@ -448,6 +448,15 @@ def main(argv=None) -> None:
     append_jsonl(run / "precision.jsonl", {"step": step, "autocast": "bf16" if bf16 else "fp32", "device": str(device)})
     timer, bar = Timer(), tqdm(initial=step, total=cfg.total_steps, desc="target", dynamic_ncols=True)
     stop = stop_on_sigterm()
+
+    def save_and_probe(step: int) -> None:
+        """The checkpoint and the held-out probe, each on its own period (both phases)."""
+        if step % args.save_every == 0:
+            ckpt.save(step, modules, warm)
+        if step % args.probe_every == 0:
+            append_jsonl(run / "curves.jsonl", {"step": step, "minutes": round(timer.minutes(), 2),
+                                                **probe(model, aux, tokenizer)})
+
     while step < cfg.total_steps and timer.minutes() < args.minutes and not stop:
         for g in opt.param_groups:
             g["lr"] = lr_wsd(step, cfg, warm["warm_start"])
@@ -465,11 +474,7 @@ def main(argv=None) -> None:
             append_jsonl(run / "log.jsonl", {"step": step, "aux": round(aux_loss.item(), 4), "phase": "vision",
                                              "lr": lr_wsd(step - 1, cfg, warm["warm_start"]),
                                              "minutes": round(timer.minutes(), 2)})
-            if step % args.save_every == 0:
-                ckpt.save(step, modules, warm)
-            if step % args.probe_every == 0:
-                append_jsonl(run / "curves.jsonl", {"step": step, "minutes": round(timer.minutes(), 2),
-                                                    **probe(model, aux, tokenizer)})
+            save_and_probe(step)
             continue
         batch = to_device(training_batch(step, cfg, tokenizer, model, focus, args.focus_share), device)
         with autocast:
@@ -493,11 +498,7 @@ def main(argv=None) -> None:
                                          **({} if drill is None else {"drill": round(drill.item(), 4)}),
                                          "lr": lr_wsd(step - 1, cfg, warm["warm_start"]),
                                          "minutes": round(timer.minutes(), 2)})
-        if step % args.save_every == 0:
-            ckpt.save(step, modules, warm)
-        if step % args.probe_every == 0:
-            append_jsonl(run / "curves.jsonl", {"step": step, "minutes": round(timer.minutes(), 2),
-                                                **probe(model, aux, tokenizer)})
+        save_and_probe(step)
         if step % args.eval_every == 0:
             acc = evaluate(model, tokenizer, n_per_task=args.eval_n)
             append_jsonl(run / "eval.jsonl", {"step": step, **acc})
