@@ -127,8 +127,8 @@ def test_with_a_vision_lr_scale_the_vision_tower_and_projector_train_on_the_patc
 
     size = teacher.config.vision_config.image_size
     batch = _batch(teacher, tok)
-    batch["aux_pixels"], batch["aux_labels"] = aux_images(AUX_SEED_START, 3, 2, AUX_FAMILIES, size, looks=True)
-    assert torch.equal(batch["aux_pixels"], aux_images(AUX_SEED_START, 3, 2, AUX_FAMILIES, size, looks=True)[0])
+    batch["aux_pixels"], batch["aux_labels"] = aux_images(AUX_SEED_START, 3, 2, AUX_FAMILIES, size, looks="mixed")
+    assert torch.equal(batch["aux_pixels"], aux_images(AUX_SEED_START, 3, 2, AUX_FAMILIES, size, looks="mixed")[0])
     with_extra = distill_step(student, teacher, (LayerOutputs(student), LayerOutputs(teacher)), batch, cfg,
                               (tokens, aux))
     assert torch.isfinite(with_extra["aux"]) and with_extra["aux"] != losses["aux"]
@@ -161,3 +161,47 @@ def test_an_exported_student_continues_with_init_from(teacher_and_tokenizer, tmp
         assert torch.allclose(a, b, atol=1e-3), name                   # fp16 on disk
     with pytest.raises(SystemExit, match="layers"):
         load_student(build_student(teacher, dataclasses.replace(cfg, intermediate_size=16)), tmp_path / "v3")
+
+
+def test_a_tower_only_step_trains_the_tower_projector_and_heads_on_wide_looks(teacher_and_tokenizer):
+    from fovea.data.looks import LOOKS
+    from fovea.training.deep import AUX_FAMILIES, tower_step
+    from fovea.training.target import AUX_SEED_START, AuxHeads, aux_images
+
+    teacher, tok = teacher_and_tokenizer
+    cfg = DeepTargetConfig(layers=2 * teacher.config.text_config.num_hidden_layers, intermediate_size=32,
+                           vision_lr_scale=1.0, aux_images=4, vision_steps=2, aux_looks="wide")
+    student = build_student(teacher, cfg)
+    aux = AuxHeads(teacher.config.text_config.hidden_size)
+    size = teacher.config.vision_config.image_size
+    pixels, labels = aux_images(AUX_SEED_START, 0, 8, AUX_FAMILIES, size, looks="wide")
+    losses = tower_step(student, aux, {"aux_pixels": pixels, "aux_labels": labels})
+    assert torch.isfinite(losses["total"]) and set(losses) == {"aux", "total"}
+    losses["total"].backward()
+    for name, p in student.named_parameters():
+        tower = name.startswith(("model.vision_tower.", "model.multi_modal_projector.")) and "post_layernorm" not in name
+        assert (p.grad is not None) == tower, name                     # no decoder pass, no decoder gradient
+    assert all(p.grad is not None for p in aux.heads.parameters())
+    # "wide": every chart and scene image in a training look (never the base look alone, never a held-out one)
+    from fovea.data import make_sample
+    from fovea.data.looks import training_look
+
+    for seed in range(12):
+        for family in ("chart", "scene"):
+            look = training_look(seed, family)
+            assert look in LOOKS[family]["train"] and look not in LOOKS[family]["held_out"]
+            assert make_sample(seed, family, look=look).look == look
+    assert training_look(0, "ocr") is None
+    with pytest.raises(ValueError, match="looks"):
+        aux_images(AUX_SEED_START, 0, 2, AUX_FAMILIES, size, looks="held_out")
+
+
+def test_deep_cli_refuses_tower_steps_without_aux_images(tmp_path, capsys):
+    from fovea.training.deep import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--vision-steps", "10", "--vision-lr-scale", "1", "--run-dir", str(tmp_path)])
+    assert "--aux-images" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--aux-looks", "held_out", "--run-dir", str(tmp_path)])
+    assert "--aux-looks" in capsys.readouterr().err

@@ -93,13 +93,15 @@ def _pick(module, layout, task: str, choices: list, rng: random.Random):
     return pick(layout, task, choices, rng) if pick is not None else rng.choice(choices)
 
 
-def make_sample(seed: int, family: str | None = None, task: str | None = None, split: str = "train") -> Sample:
+def make_sample(seed: int, family: str | None = None, task: str | None = None, split: str = "train",
+                look=None) -> Sample:
     """The sample for this seed; identical pixels and text every call. `split="shifted"` draws the
     same kind of question in rendering parameters training never sees (sample.STYLES), `split="layout"`
-    in a chart or scene look training never draws (fovea.data.looks)."""
+    in a chart or scene look training never draws (fovea.data.looks). `look` (a looks.ChartLook or
+    SceneLook of the family) replaces the split's look."""
     _check_split(split)
     family, task = _resolve(seed, family, task)
-    look = draw_look(seed, family, split, mixed=False)
+    look = draw_look(seed, family, split, mixed=False) if look is None else look
     layout, qa = _layout_and_text(seed, family, task, split, look)
     image, objects, labels = _MODULES[family].render(layout)
     return Sample(image, qa.question, qa.answer, family, task, qa.short_answer, objects, qa.mentions, labels, split,

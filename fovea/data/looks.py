@@ -100,3 +100,11 @@ def draw_look(seed: int, family: str, split: str, mixed: bool):
     if split == "layout":
         return rng.choice(LOOKS[family]["held_out"])
     return rng.choice(LOOKS[family]["train"]) if rng.random() < WIDE_SHARE else None
+
+
+def training_look(seed: int, family: str):
+    """A training look for seed's image, drawn uniformly over every training look (never the base look
+    alone, never a held-out one): the vision tower's drill on the widened looks. None for ocr."""
+    if family not in LOOKS:
+        return None
+    return random.Random(f"training-look/{seed}/{family}").choice(LOOKS[family]["train"])

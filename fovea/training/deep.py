@@ -21,6 +21,8 @@ With `vision_lr_scale` > 0 the vision tower and projector train too (at lr x tha
   + aux_weight x the per-patch label loss (shape, colour, glyph: the teacher's aux heads, trained along)
 on the projected visual tokens: the teacher's tower never saw the widened world's looks, and on
 held-out looks it misread bar-label characters (G for C, U for V) that no decoder can recover.
+`vision_steps` first trains the tower alone (no decoder pass: aux_images images a step, only the
+per-patch loss), a cheap drill before the joint steps let the decoder follow the changed tokens.
 
 Knows nothing about speculative decoding. Writes checkpoints (resume), log.jsonl, curves.jsonl
 (teacher-forced probe) and eval.jsonl (greedy accuracy) in --run-dir, and an fp16 export to --out.
@@ -39,9 +41,9 @@ from tqdm import tqdm
 from fovea.models.bundled import DEFAULT_TARGET_DIR, load_tokenizer, save_config_json
 from fovea.training.common import (AUTOCAST_CHOICES, Checkpointer, Timer, add_config_args, append_jsonl,
                                    bf16_autocast, config_from_args)
-from fovea.training.target import (AUX_SEED_START, AuxHeads, TargetTrainConfig, aux_images, drill_batch, evaluate,
-                                   export, lr_wsd, parse_focus, probe, stop_on_sigterm, to_device, training_batch,
-                                   weighted_lm_loss)
+from fovea.training.target import (AUX_LOOKS, AUX_SEED_START, AuxHeads, TargetTrainConfig, aux_images, drill_batch,
+                                   evaluate, export, image_features, lr_wsd, parse_focus, probe, stop_on_sigterm,
+                                   to_device, training_batch, weighted_lm_loss)
 
 INITS = ("random", "stack")
 # what the student takes from the teacher unchanged and never trains (its decoder layers and final norm train)
@@ -70,6 +72,9 @@ class DeepTargetConfig:
     vision_lr_scale: float = 0.0    # > 0: the vision tower and projector train at lr x this; 0: frozen
     aux_weight: float = 0.5         # the per-patch label loss on the visual tokens (only when the vision trains)
     aux_images: int = 0             # extra images per step through the vision tower alone, for that loss
+    aux_looks: str = "mixed"        # those images' looks (target.AUX_LOOKS): "wide" draws every chart and scene
+                                    # in a training look, where "mixed" leaves half in the base look
+    vision_steps: int = 0           # the first steps after a (warm) start train the tower alone on aux images
     seed: int = 0
 
 
@@ -219,11 +224,17 @@ def distill_step(student, teacher, hooks: tuple[LayerOutputs, LayerOutputs], bat
         feats = tokens.tokens.reshape(batch["pixel_values"].shape[0], -1, tokens.tokens.shape[-1])
         out["aux"] = aux(feats, batch["patch_labels"])
         if "aux_pixels" in batch:   # more images through the tower alone, as the shipped recipe did
-            from fovea.training.target import image_features
             extra = aux(image_features(student, batch["aux_pixels"]), batch["aux_labels"])
             out["aux"] = (out["aux"] + extra) / 2
         out["total"] = out["total"] + cfg.aux_weight * out["aux"]
     return out
+
+
+def tower_step(student, aux, batch: dict) -> dict:
+    """A tower-only step's loss {aux, total}: the per-patch labels of the aux images read from the
+    projected visual tokens, with no decoder pass (only the tower, projector and aux heads get gradients)."""
+    loss = aux(image_features(student, batch["aux_pixels"]), batch["aux_labels"])
+    return {"aux": loss, "total": loss}
 
 
 def teacher_right(t_logits: torch.Tensor, batch: dict) -> torch.Tensor:
@@ -325,6 +336,10 @@ def parse_args(argv=None):
         p.error("loss weights must be >= 0")
     if args.aux_images < 0 or (args.aux_images and not args.vision_lr_scale):
         p.error("--aux-images must be >= 0, and trains the vision tower: pass --vision-lr-scale > 0 with it")
+    if args.vision_steps < 0 or (args.vision_steps and not args.aux_images):
+        p.error("--vision-steps must be >= 0, and trains the tower on the aux images alone: pass --aux-images > 0")
+    if args.aux_looks not in AUX_LOOKS:
+        p.error(f"--aux-looks must be one of {AUX_LOOKS}, got {args.aux_looks!r}")
     if args.vision_lr_scale < 0:
         p.error(f"--vision-lr-scale must be >= 0 (0 keeps the vision tower frozen), got {args.vision_lr_scale}")
     if not (args.teacher / "config.json").exists():
@@ -380,16 +395,18 @@ def main(argv=None) -> None:
         lr = lr_wsd(step, cfg, warm_start)
         for g in opt.param_groups:
             g["lr"] = lr * g.get("lr_scale", 1.0)
-        batch = training_batch(step, recipe, tokenizer, student, focus, args.focus_share)
+        tower_only = step < warm_start + cfg.vision_steps
+        batch = {} if tower_only else training_batch(step, recipe, tokenizer, student, focus, args.focus_share)
         if vision and cfg.aux_images:
             batch["aux_pixels"], batch["aux_labels"] = aux_images(
                 AUX_SEED_START, step, cfg.aux_images, AUX_FAMILIES, student.config.vision_config.image_size,
-                looks=True)
+                looks=cfg.aux_looks)
         batch = to_device(batch, device)
         with autocast:
-            losses = distill_step(student, teacher, hooks, batch, cfg, vision)
+            losses = tower_step(student, own_aux, batch) if tower_only else \
+                distill_step(student, teacher, hooks, batch, cfg, vision)
             total = losses["total"]
-            if cfg.drill_rows:
+            if cfg.drill_rows and not tower_only:
                 drill = to_device(drill_batch(step, recipe, tokenizer, student), device)
                 losses["drill"] = drill_distill(student, teacher, drill)
                 total = total + losses["drill"]
@@ -399,8 +416,7 @@ def main(argv=None) -> None:
         opt.step()
         step += 1
         bar.update(1)
-        bar.set_postfix(lm=f"{losses['lm'].item():.3f}", kd=f"{losses['kd'].item():.3f}",
-                        hid=f"{losses['hidden'].item():.3f}", **({"aux": f"{losses['aux'].item():.3f}"} if vision else {}))
+        bar.set_postfix({k: f"{losses[k].item():.3f}" for k in ("lm", "kd", "hidden", "aux") if k in losses})
         append_jsonl(run / "log.jsonl", {"step": step, **{k: round(v.item(), 4) for k, v in losses.items()},
                                          "lr": lr, "minutes": round(timer.minutes(), 2)})
         if step % args.save_every == 0:

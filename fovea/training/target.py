@@ -314,14 +314,26 @@ def training_batch(step: int, cfg: TargetTrainConfig, tokenizer, model, focus: l
     return batch
 
 
-def aux_images(start: int, step: int, n: int, families, size: int, looks: bool = False) -> tuple[torch.Tensor, dict]:
+AUX_LOOKS = ("base", "mixed", "wide")
+
+
+def aux_images(start: int, step: int, n: int, families, size: int, looks: str = "base") -> tuple[torch.Tensor, dict]:
     """(pixels [n, 3, S, S], patch labels) of a step's images for the vision tower alone: seeds
-    start + step*n .. start + (step+1)*n - 1, from `families` in turn. Drawn as make_sample draws them
-    (the base look), or with `looks` as a training conversation's image (a training look on
-    looks.WIDE_SHARE of charts and scenes, never a held-out one)."""
-    records = [make_conversation(start + seed, 1, families[seed % len(families)]) if looks
-               else make_sample(start + seed, family=families[seed % len(families)])
-               for seed in range(step * n, (step + 1) * n)]
+    start + step*n .. start + (step+1)*n - 1, from `families` in turn. `looks`: "base", as make_sample
+    draws them; "mixed", as a training conversation's image (a training look on looks.WIDE_SHARE of
+    charts and scenes, else the base); "wide", every chart and scene in a training look drawn uniformly
+    (looks.training_look). Never a held-out look."""
+    from fovea.data.looks import training_look
+
+    if looks not in AUX_LOOKS:
+        raise ValueError(f"looks must be one of {AUX_LOOKS}, got {looks!r}")
+
+    def record(seed: int, family: str):
+        if looks == "mixed":
+            return make_conversation(seed, 1, family)
+        return make_sample(seed, family=family, look=training_look(seed, family) if looks == "wide" else None)
+
+    records = [record(start + seed, families[seed % len(families)]) for seed in range(step * n, (step + 1) * n)]
     return torch.cat([image_to_pixels(r.image, size) for r in records]), patch_label_batch(records)
 
 
