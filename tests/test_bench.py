@@ -25,6 +25,11 @@ def test_quick_preset_writes_results_with_the_expected_schema(tmp_path):
         for m, metrics in per.items():
             assert set(metrics) == METRICS, (fam, m)
             assert metrics["lossless"] is True, (fam, m)     # greedy speculative == greedy autoregressive
+    from fovea.bench.report import read_rows
+
+    rows = read_rows(tmp_path)                           # the per-question rows, gzipped beside results.json
+    assert data["rows_file"] == "rows.jsonl.gz" and {r["method"] for r in rows} == set(data["methods"])
+    assert len(rows) == data["summary"]["all"][data["methods"][0]]["n"] * len(data["methods"])
     analyses = data["analyses"]
     assert set(analyses) == {*ANALYSES, "meta"}
     budget = analyses["visual_budget"]

@@ -120,14 +120,35 @@ def pair_sweep_markdown(summary: dict, meta: dict, kind: str, legend: str, label
     return "\n".join(lines) + "\n", best
 
 
+ROWS_FILE = "rows.jsonl.gz"
+
+
+def write_rows(out: Path, rows: list[dict]) -> str:
+    """The per-question rows as gzipped JSON lines beside results.json (a tenth of their size inline;
+    the gzip header carries no time, so the same rows give the same bytes); returns the file name."""
+    import gzip
+
+    with open(out / ROWS_FILE, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+        gz.write("".join(json.dumps(r) + "\n" for r in rows).encode())
+    return ROWS_FILE
+
+
+def read_rows(out: Path) -> list[dict]:
+    """The rows `write_rows` wrote under `out`."""
+    import gzip
+
+    return [json.loads(line) for line in gzip.decompress((out / ROWS_FILE).read_bytes()).decode().splitlines()]
+
+
 def write_results(out: Path, meta: dict, summary: dict, rows: list[dict], methods: list[str],
                   analyses: dict | None) -> str:
-    """results.json, results.md and the HTML figures under `out`; returns the Markdown."""
+    """results.json (the rows in rows.jsonl.gz), results.md and the HTML figures under `out`; returns
+    the Markdown."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(
         {"meta": meta, "methods": methods, "families": list(summary), "summary": summary,
-         "ranking": ranking(summary, methods), "correction_gain": correction_gain(summary, methods), "rows": rows,
-         "analyses": analyses}, indent=1))
+         "ranking": ranking(summary, methods), "correction_gain": correction_gain(summary, methods),
+         "rows_file": write_rows(out, rows), "analyses": analyses}, indent=1))
     table = markdown(summary, methods, meta)
     write_figures(summary, methods, out)
     if analyses is not None:

@@ -16,7 +16,7 @@ from tqdm import tqdm
 from fovea.bench.methods import (CONTROL_VARIANTS, DEPTH_VARIANTS, METHODS, RETRIEVAL_VARIANTS, STOP_PAIRS, STOP_VARIANTS, SWEEP_DRAFTERS, SWEEP_PAIRS,
                                  TREE_SHAPES, TRIGGER_VARIANTS, Method, pair_sweep_methods, run_method,
                                  tree_sweep_methods)
-from fovea.bench.report import pair_sweep_markdown, tree_sweep_markdown
+from fovea.bench.report import pair_sweep_markdown, tree_sweep_markdown, write_rows
 from fovea.bench.stats import summarise
 from fovea.config import FoveaConfig
 from fovea.analysis.rounds import held_out
@@ -86,7 +86,8 @@ def _sweep(args, pipe, base: FoveaConfig, table: dict[str, Method], default_out:
     md, best = markdown(summary, meta)
     out = args.out or Path(default_out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({"meta": meta, "best": best, "summary": summary, "rows": rows}, indent=1))
+    (out / "results.json").write_text(json.dumps({"meta": meta, "best": best, "summary": summary,
+                                                  "rows_file": write_rows(out, rows)}, indent=1))
     (out / "results.md").write_text(md)
     return md
 
