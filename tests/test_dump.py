@@ -11,7 +11,8 @@ import torch
 from fovea.backbones import tiny_llava_next, tiny_qwen2_5_vl
 from fovea.models.bundled import DEFAULT_TARGET_DIR
 from fovea.training import run_config
-from fovea.training.acceptance import CostModel, Round, per_position, per_position_from_accept_lengths
+from fovea.bench.stats import acceptance_by_position
+from fovea.training.acceptance import CostModel, Round, per_position
 from fovea.training.drafter import answer_loss_mask, drafter_loss, target_artifacts
 from fovea.training.dump import DumpError, bytes_per_sample, collate, dump, examples
 from fovea.training.dumps import DumpDataset, DumpHead, collate_dumped, dumped_inputs, step_batches
@@ -112,8 +113,11 @@ def test_acceptance_by_position_is_conditional_on_reaching_the_position():
     # position 1: 3 of 4 rounds; position 2: of the 3 that reached it, 2; position 3: of the 1 that
     # accepted 2 and drafted 3 levels (the depth-2 round stops), 1
     assert per_position(rounds) == [0.75, 2 / 3, 1.0]
-    assert per_position_from_accept_lengths([1, 2, 4, 3]) == [0.75, 2 / 3, 0.5, 0.0]
-    assert per_position_from_accept_lengths([1, 1]) == [0.0] and per_position_from_accept_lengths([]) == []
+    # the bench's statistic from accept lengths alone (bonus counted) is the same rule on full-depth rounds
+    lengths = [1, 2, 4, 3]
+    assert acceptance_by_position(lengths) == [0.75, 2 / 3, 0.5, 0.0]
+    assert acceptance_by_position(lengths) == per_position([Round(a - 1, max(lengths), 0, 0) for a in lengths])
+    assert acceptance_by_position([1, 1]) == [0.0] and acceptance_by_position([]) == []
 
 
 def test_the_cost_model_reads_the_committed_profile_and_interpolates_the_verify_curve():

@@ -54,8 +54,7 @@ def bench_questions(jsonl: Path, n: int) -> list[BenchQuestion]:
 def by_category(rows: list[dict], methods: list[str]) -> dict:
     """Bench rows (one per question and method, "family" = category) -> {category: {method: metrics}}
     plus "all", each with the bench's own statistics and the acceptance rate per draft position."""
-    from fovea.bench.stats import summarise
-    from fovea.training.acceptance import per_position_from_accept_lengths
+    from fovea.bench.stats import acceptance_by_position, summarise
 
     out = {}
     for cat in [*dict.fromkeys(r["family"] for r in rows), "all"]:
@@ -64,7 +63,7 @@ def by_category(rows: list[dict], methods: list[str]) -> dict:
         for m in methods:   # the bench's own statistic where `summarise` has it, the same rule otherwise
             lengths = [a for r in sub if r["method"] == m for a in r["accept_lengths"]]
             summary[m].setdefault("acceptance_by_position",
-                                  per_position_from_accept_lengths(lengths) if m != "autoregressive" else [])
+                                  acceptance_by_position(lengths) if m != "autoregressive" else [])
         out[cat] = summary
     return out
 

@@ -92,16 +92,6 @@ def per_position(rounds: list[Round]) -> list[float]:
     return rates
 
 
-def per_position_from_accept_lengths(lengths: list[int]) -> list[float]:
-    """The same from accept lengths alone (bonus counted; the bench's rows), every tree taken as one
-    level deeper than the most any round accepted: a round whose tree was shallower than k counts as
-    rejected at k, so this is a lower bound under dynamic depth."""
-    if not lengths:
-        return []
-    deepest = max(lengths)
-    return per_position([Round(a - 1, deepest, 0, 0) for a in lengths])
-
-
 def summary(rounds: list[Round], cost: CostModel, questions: int, lossless: bool | None) -> dict:
     emitted = sum(r.accepted + 1 for r in rounds)
     spent = sum(cost.round_cost(r) for r in rounds)
