@@ -150,9 +150,20 @@ def test_tune_sweeps_the_block_length_then_replays_cvc_at_the_chosen_one(model):
     assert statistics.mean(result["full_accuracy"].values()) == pytest.approx(best)
     assert set(result["full_accuracy"]) == set(TASK_NAMES) and result["full_nfe"] == LENGTH
     assert len(result["grid"]) == 24 and all(1 <= g["nfe"] <= LENGTH for g in result["grid"].values())
+    assert result["chosen"] is not None or (result["bwec"] == {} and result["chosen_tau_b"] is None)
     assert result["chosen"] is None or result["chosen"]["nfe"] == min(
         g["nfe"] for g in result["grid"].values()
         if all(g[t] >= result["full_accuracy"][t] - 0.02 for t in TASK_NAMES))
+
+
+def test_bwec_tuning_decodes_latch_at_each_tau_b(model):
+    from fovea.bench.diffusion import tune_bwec
+
+    samples = [make_sample(s, "scene", "colour") for s in tuning_seeds(2)]
+    out = tune_bwec(model, samples, BLOCK, {"tau_c": 0.5, "stable_steps": 1}, (0.5, 1.0))
+    assert set(out) == {"tau_b=0.5", "tau_b=1.0"} and [g["tau_b"] for g in out.values()] == [0.5, 1.0]
+    for g in out.values():
+        assert 1 <= g["nfe"] <= LENGTH and 0.0 <= g["scene/colour"] <= 1.0 and "chart/value" not in g
 
 
 def test_training_runs_resumes_and_exports_a_loadable_model(tmp_path):

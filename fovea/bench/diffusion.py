@@ -6,11 +6,11 @@ is scored by the target's scorer (fovea.data.scoring.answer_correct). Per task: 
 steps (NFE), tokens/s (answer tokens before the EOS over wall time, prefill included) and both
 against the full schedule; the shipped autoregressive target (greedy, the same timing) is a sixth row.
 
-`--tune` chooses the shared block length and LATCH's CVC thresholds on tuning seeds instead: first the
+`--tune` chooses the shared block length and LATCH's frozen set on tuning seeds instead: first the
 full schedule's accuracy at each block length (TUNE_BLOCKS), then, at the chosen length, every
 (tau_c, stable_steps): without BWEC the decode is the full schedule's until CVC fires, so one recorded
-full-schedule trajectory per question replays each setting exactly (`replay_cvc`). Knows nothing about
-training.
+full-schedule trajectory per question replays each setting exactly (`replay_cvc`); last BWEC's tau_b
+(TUNE_TAU_B), decoded for real. Knows nothing about training.
 """
 from __future__ import annotations
 
@@ -26,13 +26,14 @@ import torch
 
 from fovea.data import TASKS, eval_seeds, make_sample, tuning_seeds
 from fovea.data.scoring import answer_correct
-from fovea.diffusion.config import METHODS, DiffusionDecodeConfig
+from fovea.diffusion.config import METHODS, DiffusionDecodeConfig, LatchConfig, ScheduleConfig
 from fovea.diffusion.decode import diffusion_generate
 
 TASK_NAMES = tuple(f"{f}/{t}" for f, ts in TASKS.items() for t in ts)
 AUTOREGRESSIVE = "autoregressive"      # the shipped target, greedy: the reference the app also times
 TUNE_GRID = {"tau_c": (0.5, 0.7, 0.8, 0.9, 0.95, 0.99), "stable_steps": (1, 2, 3, 4)}
 TUNE_BLOCKS = (4, 8, 16, 32)
+TUNE_TAU_B = (0.7, 0.8, 0.9, 0.95, 0.99)
 
 
 def questions(n_per_task: int, seeds=eval_seeds) -> list:
@@ -40,11 +41,13 @@ def questions(n_per_task: int, seeds=eval_seeds) -> list:
     return [make_sample(seed, *task.split("/")) for task in TASK_NAMES for seed in seeds(n_per_task)]
 
 
-def measure(model, samples, methods, record: bool = False, target=None, block_length: int | None = None) -> list[dict]:
+def measure(model, samples, methods, record: bool = False, target=None, block_length: int | None = None,
+            configs: dict | None = None) -> list[dict]:
     """One row per (question, method): correct, NFE, seconds, answer tokens, the rule that stopped it.
     The method AUTOREGRESSIVE decodes with `target` (a BundledTarget) instead of the diffusion model.
-    `block_length` replaces the presets' shared block length (the tuning sweep)."""
-    configs = {m: DiffusionDecodeConfig.from_name(m) for m in methods if m != AUTOREGRESSIVE}
+    A method is a preset's name, or a name in `configs` ({name: DiffusionDecodeConfig}, the tuning's
+    candidates); `block_length` replaces the shared block length (the tuning sweep)."""
+    configs = {m: (configs or {}).get(m) or DiffusionDecodeConfig.from_name(m) for m in methods if m != AUTOREGRESSIVE}
     if block_length is not None:
         configs = {m: replace(c, schedule=replace(c.schedule, block_length=block_length)) for m, c in configs.items()}
     rows = []
@@ -128,12 +131,14 @@ def replay_cvc(steps, tau_c: float, stable_steps: int) -> tuple[int, tuple[int, 
     return len(steps), steps[-1].prediction
 
 
-def tune(model, n_per_task: int, blocks=TUNE_BLOCKS) -> dict:
+def tune(model, n_per_task: int, blocks=TUNE_BLOCKS, tau_bs=TUNE_TAU_B) -> dict:
     """On tuning seeds: the full schedule's accuracy at each block length in `blocks`, the chosen one the
     most accurate over all tasks (ties: the longer block); then, at that length, per (tau_c,
     stable_steps), per-task accuracy and mean NFE replayed from its full-schedule trajectories. The
     chosen setting is the one with the fewest steps whose accuracy is within 2 points of the full
-    schedule's on every task (ties: the larger tau_c)."""
+    schedule's on every task (ties: the larger tau_c). Last, with that CVC, BWEC at each tau_b in
+    `tau_bs`, decoded for real (BWEC changes the trajectory, so it cannot be replayed), chosen by the
+    same rule (ties: the larger tau_b)."""
     samples = questions(n_per_task, tuning_seeds)
     by_block = {b: measure(model, samples, ["full"], record=True, block_length=b) for b in blocks}
     block_accuracy = {b: statistics.mean(r["correct"] for r in rows) for b, rows in by_block.items()}
@@ -155,9 +160,28 @@ def tune(model, n_per_task: int, blocks=TUNE_BLOCKS) -> dict:
     full = {t: statistics.mean(r["correct"] for r in rows if r["task"] == t) for t in TASK_NAMES}
     ok = [g for g in grid.values() if all(g[t] >= full[t] - 0.02 for t in TASK_NAMES)]
     chosen = min(ok, key=lambda g: (g["nfe"], -g["tau_c"])) if ok else None
+    bwec = {} if chosen is None else tune_bwec(model, samples, block, chosen, tau_bs)
+    fits = [g for g in bwec.values() if all(g[t] >= full[t] - 0.02 for t in TASK_NAMES)]
     return {"block_accuracy": block_accuracy, "block_length": block, "full_accuracy": full,
-            "full_nfe": statistics.mean(r["nfe"] for r in rows), "grid": grid,
-            "chosen": chosen, "n_per_task": n_per_task, "seeds": "tuning_seeds"}
+            "full_nfe": statistics.mean(r["nfe"] for r in rows), "grid": grid, "chosen": chosen,
+            "bwec": bwec, "chosen_tau_b": min(fits, key=lambda g: (g["nfe"], -g["tau_b"]))["tau_b"] if fits else None,
+            "n_per_task": n_per_task, "seeds": "tuning_seeds"}
+
+
+def tune_bwec(model, samples, block: int, cvc: dict, tau_bs) -> dict:
+    """LATCH with the chosen CVC and BWEC at each tau_b, decoded on `samples`: per-task accuracy and mean NFE."""
+    configs = {f"tau_b={tb}": DiffusionDecodeConfig(
+        "latch", schedule=ScheduleConfig(block_length=block),
+        latch=LatchConfig(cvc=True, tau_c=cvc["tau_c"], stable_steps=cvc["stable_steps"], bwec=True, tau_b=tb))
+        for tb in tau_bs}
+    rows = measure(model, samples, list(configs), configs=configs)
+    out = {}
+    for (name, cfg) in configs.items():
+        mine = [r for r in rows if r["method"] == name]
+        out[name] = {"tau_b": cfg.latch.tau_b, "nfe": statistics.mean(r["nfe"] for r in mine),
+                     **{t: statistics.mean(r["correct"] for r in mine if r["task"] == t)
+                        for t in dict.fromkeys(r["task"] for r in mine)}}
+    return out
 
 
 def markdown(summary: dict, meta: dict) -> str:
@@ -200,7 +224,8 @@ def main(argv=None) -> None:
     if args.tune:
         result = {**meta, **tune(model, args.n)}
         (args.out / "tune.json").write_text(json.dumps(result, indent=2))
-        print(json.dumps({k: result[k] for k in ("block_accuracy", "block_length", "chosen", "full_nfe")}, indent=2))
+        print(json.dumps({k: result[k] for k in ("block_accuracy", "block_length", "chosen", "chosen_tau_b", "full_nfe")},
+                         indent=2))
         return
     rows = measure(model, questions(args.n), args.methods, target=target)
     summary = summarise(rows, args.methods)
