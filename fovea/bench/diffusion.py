@@ -158,14 +158,21 @@ def tune(model, n_per_task: int, blocks=TUNE_BLOCKS, tau_bs=TUNE_TAU_B) -> dict:
             grid[f"tau_c={tau_c},s={s}"] = {"tau_c": tau_c, "stable_steps": s, "nfe": statistics.mean(nfe),
                                             **{t: statistics.mean(v) for t, v in hits.items()}}
     full = {t: statistics.mean(r["correct"] for r in rows if r["task"] == t) for t in TASK_NAMES}
-    ok = [g for g in grid.values() if all(g[t] >= full[t] - 0.02 for t in TASK_NAMES)]
-    chosen = min(ok, key=lambda g: (g["nfe"], -g["tau_c"])) if ok else None
+    chosen = fewest_steps_within(grid, full, "tau_c")
     bwec = {} if chosen is None else tune_bwec(model, samples, block, chosen, tau_bs)
-    fits = [g for g in bwec.values() if all(g[t] >= full[t] - 0.02 for t in TASK_NAMES)]
+    chosen_bwec = fewest_steps_within(bwec, full, "tau_b")
     return {"block_accuracy": block_accuracy, "block_length": block, "full_accuracy": full,
             "full_nfe": statistics.mean(r["nfe"] for r in rows), "grid": grid, "chosen": chosen,
-            "bwec": bwec, "chosen_tau_b": min(fits, key=lambda g: (g["nfe"], -g["tau_b"]))["tau_b"] if fits else None,
+            "bwec": bwec, "chosen_tau_b": None if chosen_bwec is None else chosen_bwec["tau_b"],
             "n_per_task": n_per_task, "seeds": "tuning_seeds"}
+
+
+def fewest_steps_within(candidates: dict, full: dict, threshold: str, points: float = 0.02) -> dict | None:
+    """The tuning rule: of the candidates ({name: {"nfe", threshold, task: accuracy}}) within `points`
+    of the full schedule's accuracy on every task, the one with the fewest steps (ties: the larger
+    threshold); None when none is."""
+    ok = [g for g in candidates.values() if all(g[t] >= full[t] - points for t in TASK_NAMES)]
+    return min(ok, key=lambda g: (g["nfe"], -g[threshold])) if ok else None
 
 
 def tune_bwec(model, samples, block: int, cvc: dict, tau_bs) -> dict:

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+# The block length every method shares, chosen on tuning seeds by `python -m fovea.bench --diffusion
+# --tune` (docs/latch.md), like FROZEN_LATCH below
+FROZEN_BLOCK_LENGTH = 32
+
 
 @dataclass(frozen=True)
 class ScheduleConfig:
@@ -21,7 +25,7 @@ class ScheduleConfig:
     the others stay masked). With `unmask_threshold`, a step instead commits every masked position of
     the block whose confidence clears it, and at least the most confident one (Fast-dLLM)."""
 
-    block_length: int = 32                   # FROZEN_BLOCK_LENGTH in every preset (below)
+    block_length: int = FROZEN_BLOCK_LENGTH
     tokens_per_step: int = 1                 # 1: the full schedule, one denoising step per token
     unmask_threshold: float | None = None
 
@@ -78,16 +82,13 @@ class DiffusionDecodeConfig:
         return replace(self, latch=replace(self.latch, **changes))
 
 
-# The block schedule every method shares, and LATCH's frozen set (one for every task): both chosen on
-# tuning seeds by `python -m fovea.bench --diffusion --tune` (docs/latch.md)
-FROZEN_BLOCK_LENGTH = 32
+# LATCH's frozen set (one for every task; see docs/latch.md for the tuning-seed sweep that chose it)
 FROZEN_LATCH = LatchConfig(cvc=True, tau_c=0.9, stable_steps=2, bwec=True, tau_b=0.9)
-_BLOCKS = ScheduleConfig(block_length=FROZEN_BLOCK_LENGTH)
 PRESETS = {
-    "full": DiffusionDecodeConfig("full", schedule=_BLOCKS),
-    "gate": DiffusionDecodeConfig("gate", schedule=_BLOCKS, gate=GateConfig(threshold=0.9)),
-    "threshold": DiffusionDecodeConfig("threshold", schedule=replace(_BLOCKS, unmask_threshold=0.9)),
-    "latch": DiffusionDecodeConfig("latch", schedule=_BLOCKS, latch=FROZEN_LATCH),
-    "latch_no_bwec": DiffusionDecodeConfig("latch_no_bwec", schedule=_BLOCKS, latch=replace(FROZEN_LATCH, bwec=False)),
+    "full": DiffusionDecodeConfig("full"),
+    "gate": DiffusionDecodeConfig("gate", gate=GateConfig(threshold=0.9)),
+    "threshold": DiffusionDecodeConfig("threshold", schedule=ScheduleConfig(unmask_threshold=0.9)),
+    "latch": DiffusionDecodeConfig("latch", latch=FROZEN_LATCH),
+    "latch_no_bwec": DiffusionDecodeConfig("latch_no_bwec", latch=replace(FROZEN_LATCH, bwec=False)),
 }
 METHODS = tuple(PRESETS)

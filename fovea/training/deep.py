@@ -41,8 +41,8 @@ from tqdm import tqdm
 from fovea.models.bundled import DEFAULT_TARGET_DIR, load_tokenizer, save_config_json
 from fovea.training.common import (AUTOCAST_CHOICES, Checkpointer, Timer, add_config_args, append_jsonl,
                                    bf16_autocast, config_from_args)
-from fovea.training.target import (AUX_LOOKS, AUX_SEED_START, AuxHeads, TargetTrainConfig, aux_images, drill_batch,
-                                   evaluate, export, image_features, lr_wsd, parse_focus, probe, stop_on_sigterm,
+from fovea.training.target import (AUX_LOOKS, AUX_SEED_START, AuxHeads, TargetTrainConfig, aux_image_loss, aux_images,
+                                   drill_batch, evaluate, export, lr_wsd, parse_focus, probe, stop_on_sigterm,
                                    to_device, training_batch, weighted_lm_loss)
 
 INITS = ("random", "stack")
@@ -224,8 +224,7 @@ def distill_step(student, teacher, hooks: tuple[LayerOutputs, LayerOutputs], bat
         feats = tokens.tokens.reshape(batch["pixel_values"].shape[0], -1, tokens.tokens.shape[-1])
         out["aux"] = aux(feats, batch["patch_labels"])
         if "aux_pixels" in batch:   # more images through the tower alone, as the shipped recipe did
-            extra = aux(image_features(student, batch["aux_pixels"]), batch["aux_labels"])
-            out["aux"] = (out["aux"] + extra) / 2
+            out["aux"] = (out["aux"] + aux_image_loss(student, aux, batch)) / 2
         out["total"] = out["total"] + cfg.aux_weight * out["aux"]
     return out
 
@@ -233,7 +232,7 @@ def distill_step(student, teacher, hooks: tuple[LayerOutputs, LayerOutputs], bat
 def tower_step(student, aux, batch: dict) -> dict:
     """A tower-only step's loss {aux, total}: the per-patch labels of the aux images read from the
     projected visual tokens, with no decoder pass (only the tower, projector and aux heads get gradients)."""
-    loss = aux(image_features(student, batch["aux_pixels"]), batch["aux_labels"])
+    loss = aux_image_loss(student, aux, batch)
     return {"aux": loss, "total": loss}
 
 

@@ -196,6 +196,12 @@ def image_features(model, pixels: torch.Tensor) -> torch.Tensor:
     return feats.reshape(pixels.shape[0], -1, feats.shape[-1])
 
 
+def aux_image_loss(model, aux, batch: dict) -> torch.Tensor:
+    """The per-patch label loss on the batch's tower-only images (aux_pixels, aux_labels): the vision
+    tower and projector alone, no decoder."""
+    return aux(image_features(model, batch["aux_pixels"]), batch["aux_labels"])
+
+
 def train_step(model, aux, batch: dict, ground_layers=(), objects: ObjectHeads | None = None):
     """(weighted LM loss, aux loss, grounding loss or None when no layers are supervised, object-attribute
     loss or None without `objects`)."""
@@ -203,7 +209,7 @@ def train_step(model, aux, batch: dict, ground_layers=(), objects: ObjectHeads |
     logits, feats = out[:2]
     aux_loss = aux(feats, batch["patch_labels"])
     if "aux_pixels" in batch:  # the vision tower learns from more images than the decoder reads
-        aux_loss = (aux_loss + aux(image_features(model, batch["aux_pixels"]), batch["aux_labels"])) / 2
+        aux_loss = (aux_loss + aux_image_loss(model, aux, batch)) / 2
     ground = None
     if ground_layers:
         image_id = model.config.image_token_id
@@ -476,7 +482,7 @@ def main(argv=None) -> None:
             # vision-only: the decoder gets no gradient, so AdamW leaves it (and its weight decay) alone
             batch = to_device(vision_batch(step, cfg, model), device)
             with autocast:
-                aux_loss = aux(image_features(model, batch["aux_pixels"]), batch["aux_labels"])
+                aux_loss = aux_image_loss(model, aux, batch)
             opt.zero_grad(set_to_none=True)
             (cfg.aux_weight * aux_loss).backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
