@@ -8,7 +8,7 @@ import statistics
 import pytest
 import torch
 
-from fovea.bench.diffusion import TASK_NAMES, markdown, measure, replay_cvc, summarise, tune
+from fovea.bench.diffusion import TASK_NAMES, markdown, measure, replay_cvc, replay_gate, summarise, tune
 from fovea.data import make_sample, tuning_seeds
 from fovea.diffusion import (CanvasConfig, DiffusionDecodeConfig, DiffusionVLM, GateConfig, LatchConfig,
                              ScheduleConfig, diffusion_generate, load_diffusion)
@@ -130,6 +130,14 @@ def test_replaying_cvc_on_a_full_trajectory_matches_a_real_decode(model, sample,
     assert replay_cvc(full.steps, tau_c, stable) == (real.nfe, real.tokens)
 
 
+@pytest.mark.parametrize("threshold", [0.0, 0.3, 0.6, 1.0])
+def test_replaying_the_gate_on_a_full_trajectory_matches_a_real_decode(model, sample, threshold):
+    full = decode(model, sample, config())
+    real = decode(model, sample, DiffusionDecodeConfig("gate", ScheduleConfig(block_length=BLOCK),
+                                                       gate=GateConfig(threshold=threshold)))
+    assert replay_gate(full.steps, threshold) == (real.nfe, real.tokens)
+
+
 def test_the_bench_tabulates_every_method(model):
     samples = [make_sample(s, "chart", "value") for s in tuning_seeds(2)]
     methods = ["full", "latch", "autoregressive"]
@@ -151,6 +159,10 @@ def test_tune_sweeps_the_block_length_then_replays_cvc_at_the_chosen_one(model):
     assert set(result["full_accuracy"]) == set(TASK_NAMES) and result["full_nfe"] == LENGTH
     assert len(result["grid"]) == 24 and all(1 <= g["nfe"] <= LENGTH for g in result["grid"].values())
     assert result["chosen"] is not None or (result["bwec"] == {} and result["chosen_tau_b"] is None)
+    gate_nfe = {g["threshold"]: g["nfe"] for g in result["gate"].values()}
+    latch = ([g for g in result["bwec"].values() if g["tau_b"] == result["chosen_tau_b"]] or [result["chosen"]])[0]
+    assert latch is None and result["chosen_gate"] is None or abs(gate_nfe[result["chosen_gate"]] - latch["nfe"]) == min(
+        abs(n - latch["nfe"]) for n in gate_nfe.values())
     assert result["chosen"] is None or result["chosen"]["nfe"] == min(
         g["nfe"] for g in result["grid"].values()
         if all(g[t] >= result["full_accuracy"][t] - 0.02 for t in TASK_NAMES))
@@ -184,6 +196,17 @@ def test_training_runs_resumes_and_exports_a_loadable_model(tmp_path):
     s = make_sample(tuning_seeds(1)[0], "ocr", "top")
     assert diffusion_generate(loaded, s.image, s.question, DiffusionDecodeConfig.from_name("latch"),
                               task="ocr/top").nfe <= 16
+
+    from fovea.bench.diffusion import main as bench
+    from fovea.bench.report import read_rows
+
+    bench(["--model", str(tmp_path / "out"), "--n", "1", "--methods", "full", "latch", "--threads", "1",
+           "--out", str(tmp_path / "bench")])
+    results = json.loads((tmp_path / "bench" / "results.json").read_text())
+    rows = read_rows(tmp_path / "bench")
+    assert results["rows_file"] == "rows.jsonl.gz" and len(rows) == 2 * len(TASK_NAMES)
+    assert {r["method"] for r in rows} == {"full", "latch"} and all(r["nfe"] == 16 for r in rows if r["method"] == "full")
+    assert results["summary"]["full"]["all"]["n"] == len(TASK_NAMES)
 
 
 def test_a_bad_mask_token_is_refused():

@@ -9,8 +9,9 @@ against the full schedule; the shipped autoregressive target (greedy, the same t
 `--tune` chooses the shared block length and LATCH's frozen set on tuning seeds instead: first the
 full schedule's accuracy at each block length (TUNE_BLOCKS), then, at the chosen length, every
 (tau_c, stable_steps): without BWEC the decode is the full schedule's until CVC fires, so one recorded
-full-schedule trajectory per question replays each setting exactly (`replay_cvc`); last BWEC's tau_b
-(TUNE_TAU_B), decoded for real. Knows nothing about training.
+full-schedule trajectory per question replays each setting exactly (`replay_cvc`); then BWEC's tau_b
+(TUNE_TAU_B), decoded for real; last the gate's threshold that runs at LATCH's mean NFE (`replay_gate`),
+so the two stop rules are compared at the same speed. Knows nothing about training.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from pathlib import Path
 import torch
 
 from fovea.data import TASKS, eval_seeds, make_sample, tuning_seeds
+from fovea.bench.report import write_rows
 from fovea.data.scoring import answer_correct
 from fovea.diffusion.config import METHODS, DiffusionDecodeConfig, LatchConfig, ScheduleConfig
 from fovea.diffusion.decode import diffusion_generate
@@ -34,6 +36,8 @@ AUTOREGRESSIVE = "autoregressive"      # the shipped target, greedy: the referen
 TUNE_GRID = {"tau_c": (0.5, 0.7, 0.8, 0.9, 0.95, 0.99), "stable_steps": (1, 2, 3, 4)}
 TUNE_BLOCKS = (4, 8, 16, 32)
 TUNE_TAU_B = (0.7, 0.8, 0.9, 0.95, 0.99)
+# the gate's thresholds; the one whose replayed mean NFE is nearest LATCH's is the gate "at LATCH's speed"
+TUNE_GATE = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99)
 
 
 def questions(n_per_task: int, seeds=eval_seeds) -> list:
@@ -42,11 +46,12 @@ def questions(n_per_task: int, seeds=eval_seeds) -> list:
 
 
 def measure(model, samples, methods, record: bool = False, target=None, block_length: int | None = None,
-            configs: dict | None = None) -> list[dict]:
+            configs: dict | None = None, progress: bool = False) -> list[dict]:
     """One row per (question, method): correct, NFE, seconds, answer tokens, the rule that stopped it.
     The method AUTOREGRESSIVE decodes with `target` (a BundledTarget) instead of the diffusion model.
     A method is a preset's name, or a name in `configs` ({name: DiffusionDecodeConfig}, the tuning's
-    candidates); `block_length` replaces the shared block length (the tuning sweep)."""
+    candidates); `block_length` replaces the shared block length (the tuning sweep). `progress` prints a
+    line to stderr after each task's questions."""
     configs = {m: (configs or {}).get(m) or DiffusionDecodeConfig.from_name(m) for m in methods if m != AUTOREGRESSIVE}
     if block_length is not None:
         configs = {m: replace(c, schedule=replace(c.schedule, block_length=block_length)) for m, c in configs.items()}
@@ -62,6 +67,8 @@ def measure(model, samples, methods, record: bool = False, target=None, block_le
                 row = {"text": r.text, "nfe": r.nfe, "seconds": r.seconds, "answer_tokens": r.answer_tokens,
                        "stopped_by": r.stopped_by, **({"result": r} if record else {})}
             rows.append({"task": task, "method": m, "correct": answer_correct(s, row["text"]), **row})
+        if progress and (i + 1 == len(samples) or f"{samples[i + 1].family}/{samples[i + 1].task}" != task):
+            print(f"[{i + 1}/{len(samples)}] {task} done", file=sys.stderr, flush=True)
     return rows
 
 
@@ -113,57 +120,76 @@ def accuracy(model, n_per_task: int, method: str = "full") -> dict:
     return {"method": method, **{t: c["accuracy"] for t, c in summary.items()}, "nfe": summary["all"]["nfe"]}
 
 
-def replay_cvc(steps, tau_c: float, stable_steps: int) -> tuple[int, tuple[int, ...]]:
-    """(NFE, final canvas) had CVC with these settings stopped a recorded full-schedule decode: the first
-    step whose candidate span held `stable_steps` steps at minimum settled confidence >= tau_c (positions
-    committed before that step count 1.0, as in fovea.diffusion.decode.settled), its prediction filling
-    the rest; the full schedule's own end when it never fires."""
+def replay(steps, fires) -> tuple[int, tuple[int, ...]]:
+    """(NFE, final canvas) had a stop rule ended a recorded full-schedule decode: the first step where
+    `fires(step, settled, held)` holds, its prediction filling the rest; the full schedule's own end when
+    it never does. `settled` is the step's confidence with the positions committed before it at 1.0 (as
+    fovea.diffusion.decode.settled reads it); `held` the steps the candidate span has kept its place and
+    tokens, this one included (as decode.hold_span counts)."""
     held, last, before = 0, None, (False,) * len(steps[0].prediction)
     for st in steps:
         key = None if st.span is None else (*st.span, st.prediction[st.span[0]:st.span[1]])
         held = held + 1 if key is not None and key == last else int(key is not None)
         last = key
-        if key is not None and held >= stable_steps and min(
-                1.0 if done else c for c, done in zip(st.confidence[st.span[0]:st.span[1]],
-                                                      before[st.span[0]:st.span[1]])) >= tau_c:
+        if fires(st, [1.0 if done else c for c, done in zip(st.confidence, before)], held):
             return st.step + 1, st.prediction
         before = st.committed
     return len(steps), steps[-1].prediction
 
 
-def tune(model, n_per_task: int, blocks=TUNE_BLOCKS, tau_bs=TUNE_TAU_B) -> dict:
+def replay_cvc(steps, tau_c: float, stable_steps: int) -> tuple[int, tuple[int, ...]]:
+    """CVC replayed (`replay`): the span held `stable_steps` steps at minimum settled confidence >= tau_c."""
+    return replay(steps, lambda st, conf, held: st.span is not None and held >= stable_steps
+                  and min(conf[st.span[0]:st.span[1]]) >= tau_c)
+
+
+def replay_gate(steps, threshold: float) -> tuple[int, tuple[int, ...]]:
+    """The fixed-region gate replayed (`replay`): the whole canvas's mean settled confidence >= threshold."""
+    return replay(steps, lambda st, conf, held: sum(conf) / len(conf) >= threshold)
+
+
+def replayed(samples, rows, model, stop) -> dict:
+    """Per-task accuracy and mean NFE of recorded full-schedule decodes (`rows`, with their results) cut
+    by `stop(steps) -> (nfe, canvas)`."""
+    tok, eos = model.tokenizer, model.eos_id
+    hits, nfe = {}, []
+    for sample, row in zip(samples, rows):
+        steps_used, canvas = stop(row["result"].steps)
+        answer = list(canvas[: canvas.index(eos)] if eos in canvas else canvas)
+        hits.setdefault(row["task"], []).append(answer_correct(sample, tok.decode(answer, skip_special_tokens=True).strip()))
+        nfe.append(steps_used)
+    return {"nfe": statistics.mean(nfe), **{t: statistics.mean(v) for t, v in hits.items()}}
+
+
+def tune(model, n_per_task: int, blocks=TUNE_BLOCKS, tau_bs=TUNE_TAU_B, progress: bool = False) -> dict:
     """On tuning seeds: the full schedule's accuracy at each block length in `blocks`, the chosen one the
     most accurate over all tasks (ties: the longer block); then, at that length, per (tau_c,
     stable_steps), per-task accuracy and mean NFE replayed from its full-schedule trajectories. The
     chosen setting is the one with the fewest steps whose accuracy is within 2 points of the full
     schedule's on every task (ties: the larger tau_c). Last, with that CVC, BWEC at each tau_b in
     `tau_bs`, decoded for real (BWEC changes the trajectory, so it cannot be replayed), chosen by the
-    same rule (ties: the larger tau_b)."""
+    same rule (ties: the larger tau_b). And the fixed-region gate at LATCH's speed: of the thresholds in
+    TUNE_GATE, replayed, the one whose mean NFE is nearest the chosen LATCH's (ties: the larger)."""
     samples = questions(n_per_task, tuning_seeds)
-    by_block = {b: measure(model, samples, ["full"], record=True, block_length=b) for b in blocks}
+    by_block = {b: measure(model, samples, ["full"], record=True, block_length=b, progress=progress) for b in blocks}
     block_accuracy = {b: statistics.mean(r["correct"] for r in rows) for b, rows in by_block.items()}
     block = max(blocks, key=lambda b: (block_accuracy[b], b))
     rows = by_block[block]
-    tok, eos = model.tokenizer, model.eos_id
-    grid = {}
-    for tau_c in TUNE_GRID["tau_c"]:
-        for s in TUNE_GRID["stable_steps"]:
-            hits, nfe = {}, []
-            for sample, row in zip(samples, rows):
-                steps_used, canvas = replay_cvc(row["result"].steps, tau_c, s)
-                answer = list(canvas[: canvas.index(eos)] if eos in canvas else canvas)
-                ok = answer_correct(sample, tok.decode(answer, skip_special_tokens=True).strip())
-                hits.setdefault(row["task"], []).append(ok)
-                nfe.append(steps_used)
-            grid[f"tau_c={tau_c},s={s}"] = {"tau_c": tau_c, "stable_steps": s, "nfe": statistics.mean(nfe),
-                                            **{t: statistics.mean(v) for t, v in hits.items()}}
+    grid = {f"tau_c={tau_c},s={st}": {"tau_c": tau_c, "stable_steps": st,
+                                     **replayed(samples, rows, model, lambda steps: replay_cvc(steps, tau_c, st))}
+            for tau_c in TUNE_GRID["tau_c"] for st in TUNE_GRID["stable_steps"]}
     full = {t: statistics.mean(r["correct"] for r in rows if r["task"] == t) for t in TASK_NAMES}
     chosen = fewest_steps_within(grid, full, "tau_c")
-    bwec = {} if chosen is None else tune_bwec(model, samples, block, chosen, tau_bs)
+    bwec = {} if chosen is None else tune_bwec(model, samples, block, chosen, tau_bs, progress)
     chosen_bwec = fewest_steps_within(bwec, full, "tau_b")
+    latch = chosen_bwec or chosen
+    gate = {f"threshold={g}": {"threshold": g, **replayed(samples, rows, model, lambda steps: replay_gate(steps, g))}
+            for g in TUNE_GATE}
+    gate_choice = None if latch is None else min(gate.values(), key=lambda g: (abs(g["nfe"] - latch["nfe"]), -g["threshold"]))
     return {"block_accuracy": block_accuracy, "block_length": block, "full_accuracy": full,
             "full_nfe": statistics.mean(r["nfe"] for r in rows), "grid": grid, "chosen": chosen,
             "bwec": bwec, "chosen_tau_b": None if chosen_bwec is None else chosen_bwec["tau_b"],
+            "gate": gate, "chosen_gate": None if gate_choice is None else gate_choice["threshold"],
             "n_per_task": n_per_task, "seeds": "tuning_seeds"}
 
 
@@ -175,13 +201,13 @@ def fewest_steps_within(candidates: dict, full: dict, threshold: str, points: fl
     return min(ok, key=lambda g: (g["nfe"], -g[threshold])) if ok else None
 
 
-def tune_bwec(model, samples, block: int, cvc: dict, tau_bs) -> dict:
+def tune_bwec(model, samples, block: int, cvc: dict, tau_bs, progress: bool = False) -> dict:
     """LATCH with the chosen CVC and BWEC at each tau_b, decoded on `samples`: per-task accuracy and mean NFE."""
     configs = {f"tau_b={tb}": DiffusionDecodeConfig(
         "latch", schedule=ScheduleConfig(block_length=block),
         latch=LatchConfig(cvc=True, tau_c=cvc["tau_c"], stable_steps=cvc["stable_steps"], bwec=True, tau_b=tb))
         for tb in tau_bs}
-    rows = measure(model, samples, list(configs), configs=configs)
+    rows = measure(model, samples, list(configs), configs=configs, progress=progress)
     out = {}
     for (name, cfg) in configs.items():
         mine = [r for r in rows if r["method"] == name]
@@ -229,15 +255,16 @@ def main(argv=None) -> None:
             "command": "python -m fovea.bench --diffusion " + " ".join(sys.argv[1:] if argv is None else argv)}
     args.out.mkdir(parents=True, exist_ok=True)
     if args.tune:
-        result = {**meta, **tune(model, args.n)}
+        result = {**meta, **tune(model, args.n, progress=True)}
         (args.out / "tune.json").write_text(json.dumps(result, indent=2))
-        print(json.dumps({k: result[k] for k in ("block_accuracy", "block_length", "chosen", "chosen_tau_b", "full_nfe")},
+        print(json.dumps({k: result[k] for k in ("block_accuracy", "block_length", "chosen", "chosen_tau_b", "chosen_gate",
+                                                 "full_nfe")},
                          indent=2))
         return
-    rows = measure(model, questions(args.n), args.methods, target=target)
+    rows = measure(model, questions(args.n), args.methods, target=target, progress=True)
     summary = summarise(rows, args.methods)
-    (args.out / "results.json").write_text(json.dumps({**meta, "summary": summary}, indent=2))
-    (args.out / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rows_file = write_rows(args.out, rows)
+    (args.out / "results.json").write_text(json.dumps({**meta, "rows_file": rows_file, "summary": summary}, indent=2))
     (args.out / "results.md").write_text(markdown(summary, meta))
     print(markdown(summary, meta))
 

@@ -84,9 +84,12 @@ class DiffusionDecodeConfig:
 
 # LATCH's frozen set (one for every task; see docs/latch.md for the tuning-seed sweep that chose it)
 FROZEN_LATCH = LatchConfig(cvc=True, tau_c=0.9, stable_steps=2, bwec=True, tau_b=0.9)
+# the fixed-region gate's threshold, chosen by the same sweep so that its mean NFE matches LATCH's: the
+# two stop rules are compared at the same speed
+FROZEN_GATE_THRESHOLD = 0.9
 PRESETS = {
     "full": DiffusionDecodeConfig("full"),
-    "gate": DiffusionDecodeConfig("gate", gate=GateConfig(threshold=0.9)),
+    "gate": DiffusionDecodeConfig("gate", gate=GateConfig(threshold=FROZEN_GATE_THRESHOLD)),
     "threshold": DiffusionDecodeConfig("threshold", schedule=ScheduleConfig(unmask_threshold=0.9)),
     "latch": DiffusionDecodeConfig("latch", latch=FROZEN_LATCH),
     "latch_no_bwec": DiffusionDecodeConfig("latch_no_bwec", latch=replace(FROZEN_LATCH, bwec=False)),
