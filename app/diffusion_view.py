@@ -212,8 +212,9 @@ def _bwec_sentence(steps, latch, block_length: int) -> str:
         return (f"BWEC never fired: no non-final block had every masked position at confidence ≥ τb = "
                 f"{latch.tau_b:g}. {guard}")
     before = {st.step: steps[i - 1].committed if i else (False,) * length for i, st in enumerate(steps)}
-    parts = [f"block {st.block} at step {st.step + 1} ({sum(a and not b for a, b in zip(st.committed, before[st.step]))} "
-             "positions at once)" for st in fired]
+    counts = [sum(a and not b for a, b in zip(st.committed, before[st.step])) for st in fired]
+    parts = [f"block {st.block} at step {st.step + 1} ({n} position{'s' * (n != 1)} at once)"
+             for st, n in zip(fired, counts)]
     return (f"BWEC committed {', '.join(parts)}: every still-masked position of the block had confidence ≥ "
             f"τb = {latch.tau_b:g}. {guard}")
 

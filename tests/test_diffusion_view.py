@@ -109,7 +109,9 @@ def test_the_candidate_span_is_outlined_where_the_trace_puts_it(model, sample):
 def test_bwec_commits_and_the_cvc_step_are_labelled_and_explained(steered_diffusion):
     s = make_sample(tuning_seeds(1)[0], "chart", "value")
     steered = steered_diffusion({s.question: s.answer})
-    cfg = DiffusionDecodeConfig.from_name("latch")
+    # a set of its own (not the frozen one, which may change with tuning): blocks 0-31 and 32-47
+    cfg = DiffusionDecodeConfig("latch", ScheduleConfig(block_length=32),
+                                latch=LatchConfig(cvc=True, tau_c=0.9, stable_steps=2, bwec=True, tau_b=0.9))
     result = diffusion_generate(steered, s.image, s.question, cfg, task=question_task(s.question), record=True)
     assert result.stopped_by == "cvc" and [st.rule for st in result.steps] == ["bwec", "cvc"]
     last = result.steps[-1]

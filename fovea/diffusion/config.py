@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 # The block length every method shares, chosen on tuning seeds by `python -m fovea.bench --diffusion
 # --tune` (docs/latch.md), like FROZEN_LATCH below
-FROZEN_BLOCK_LENGTH = 32
+FROZEN_BLOCK_LENGTH = 4
 
 
 @dataclass(frozen=True)
@@ -83,10 +83,10 @@ class DiffusionDecodeConfig:
 
 
 # LATCH's frozen set (one for every task; see docs/latch.md for the tuning-seed sweep that chose it)
-FROZEN_LATCH = LatchConfig(cvc=True, tau_c=0.9, stable_steps=2, bwec=True, tau_b=0.9)
+FROZEN_LATCH = LatchConfig(cvc=True, tau_c=0.5, stable_steps=3, bwec=True, tau_b=0.99)
 # the fixed-region gate's threshold, chosen by the same sweep so that its mean NFE matches LATCH's: the
 # two stop rules are compared at the same speed
-FROZEN_GATE_THRESHOLD = 0.9
+FROZEN_GATE_THRESHOLD = 0.93
 PRESETS = {
     "full": DiffusionDecodeConfig("full"),
     "gate": DiffusionDecodeConfig("gate", gate=GateConfig(threshold=FROZEN_GATE_THRESHOLD)),
