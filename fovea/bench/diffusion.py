@@ -25,11 +25,11 @@ from pathlib import Path
 
 import torch
 
-from fovea.data import TASKS, eval_seeds, make_sample, tuning_seeds
 from fovea.bench.report import write_rows
+from fovea.data import TASKS, eval_seeds, make_sample, tuning_seeds
 from fovea.data.scoring import answer_correct
 from fovea.diffusion.config import METHODS, DiffusionDecodeConfig, LatchConfig, ScheduleConfig
-from fovea.diffusion.decode import diffusion_generate
+from fovea.diffusion.decode import answer_of, diffusion_generate
 
 TASK_NAMES = tuple(f"{f}/{t}" for f, ts in TASKS.items() for t in ts)
 AUTOREGRESSIVE = "autoregressive"      # the shipped target, greedy: the reference the app also times
@@ -151,12 +151,10 @@ def replay_gate(steps, threshold: float) -> tuple[int, tuple[int, ...]]:
 def replayed(samples, rows, model, stop) -> dict:
     """Per-task accuracy and mean NFE of recorded full-schedule decodes (`rows`, with their results) cut
     by `stop(steps) -> (nfe, canvas)`."""
-    tok, eos = model.tokenizer, model.eos_id
     hits, nfe = {}, []
     for sample, row in zip(samples, rows):
         steps_used, canvas = stop(row["result"].steps)
-        answer = list(canvas[: canvas.index(eos)] if eos in canvas else canvas)
-        hits.setdefault(row["task"], []).append(answer_correct(sample, tok.decode(answer, skip_special_tokens=True).strip()))
+        hits.setdefault(row["task"], []).append(answer_correct(sample, answer_of(model, canvas)[1]))
         nfe.append(steps_used)
     return {"nfe": statistics.mean(nfe), **{t: statistics.mean(v) for t, v in hits.items()}}
 

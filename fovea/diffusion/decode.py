@@ -184,10 +184,15 @@ def diffusion_generate(model, image, question: str, cfg: DiffusionDecodeConfig =
     return finish(model, state, nfe, rule, start_time, tuple(steps))
 
 
+def answer_of(model, tokens) -> tuple[list[int], str]:
+    """(the answer's tokens, its text): a canvas read up to its first EOS."""
+    tokens = list(tokens)
+    answer = tokens[: tokens.index(model.eos_id)] if model.eos_id in tokens else tokens
+    return answer, model.tokenizer.decode(answer, skip_special_tokens=True).strip()
+
+
 def finish(model, state: CanvasState, nfe: int, rule: str, start_time: float, steps: tuple) -> DiffusionResult:
     """The result of a decode: the answer before the canvas's first EOS, and its counts."""
     tokens = state.tokens.tolist()
-    answer = tokens[: tokens.index(model.eos_id)] if model.eos_id in tokens else tokens
-    text = model.tokenizer.decode(answer, skip_special_tokens=True)
-    return DiffusionResult(tuple(tokens), text.strip(), nfe, rule, time.perf_counter() - start_time,
-                           len(answer), steps)
+    answer, text = answer_of(model, tokens)
+    return DiffusionResult(tuple(tokens), text, nfe, rule, time.perf_counter() - start_time, len(answer), steps)
