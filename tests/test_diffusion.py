@@ -69,6 +69,22 @@ def test_a_missing_slot_gives_no_span():
     assert char_span("chart/value", " From the left, bar") is None
     assert char_span("scene/spatial", " First I find the shape") is None
     assert char_span("scene/colour", " The star is red. It") == (1, 17)
+
+
+@pytest.mark.parametrize("task, early, later", [
+    ("scene/colour", " The circle in the bottom left corner is. It is red.", " The circle is red. It"),
+    ("scene/position", " The red star is. It is at the top left.", " It is top left. The"),
+    ("ocr/top", " The top line says. Below it reads KOTA.", " The top line says 4821. Below"),
+    ("ocr/read", " The text reads. It holds KOTA.", " It says KOTA 12B. I"),
+    ("chart/highest", " Of the 4 bars in the chart. Bar K", " Of the 4 bars in the chart, KX has the largest"),
+])
+def test_a_first_sentence_is_a_candidate_only_once_it_holds_a_value_of_the_slots_kind(task, early, later):
+    """A sentence that ends before its answer is no span, so CVC cannot stop on it (the shipped model's
+    early argmax "The circle in the bottom left corner is.." did); the digits of "4 bars" are no chart
+    label. Once the value is there, the span is the first sentence (or all of it, unfinished)."""
+    assert char_span(task, early) is None
+    start, end = char_span(task, later)
+    assert start == 1 and later[start:end].rstrip(".").strip() == later.split(". ")[0].strip()
     with pytest.raises(ValueError):
         char_span("scene/nothing", "text")
 

@@ -34,7 +34,7 @@ from fovea.diffusion.decode import answer_of, diffusion_generate
 TASK_NAMES = tuple(f"{f}/{t}" for f, ts in TASKS.items() for t in ts)
 AUTOREGRESSIVE = "autoregressive"      # the shipped target, greedy: the reference the app also times
 TUNE_GRID = {"tau_c": (0.5, 0.7, 0.8, 0.9, 0.95, 0.99), "stable_steps": (1, 2, 3, 4)}
-TUNE_BLOCKS = (4, 8, 16, 32)
+TUNE_BLOCKS = (1, 2, 4, 8, 16, 32)
 TUNE_TAU_B = (0.7, 0.8, 0.9, 0.95, 0.99)
 # the gate's thresholds; the one whose replayed mean NFE is nearest LATCH's is the gate "at LATCH's speed"
 TUNE_GATE = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99)
@@ -238,11 +238,15 @@ def main(argv=None) -> None:
     p.add_argument("--methods", nargs="+", default=[*METHODS, AUTOREGRESSIVE], choices=[*METHODS, AUTOREGRESSIVE])
     p.add_argument("--target", type=Path, default=DEFAULT_TARGET_DIR, help="the autoregressive target timed beside")
     p.add_argument("--tune", action="store_true", help="choose LATCH's CVC thresholds on tuning seeds instead")
+    p.add_argument("--blocks", type=int, nargs="+", default=list(TUNE_BLOCKS),
+                   help="with --tune: the block lengths the full schedule is tried at")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--out", type=Path, default=Path("assets/results/diffusion_bench"))
     args = p.parse_args(argv)
     if args.n < 1 or args.threads < 1:
         p.error("--n and --threads must be at least 1")
+    if any(b < 1 for b in args.blocks):
+        p.error("--blocks must be at least 1")
     try:
         model = load_diffusion(args.model)
         target = load_target(args.target) if AUTOREGRESSIVE in args.methods and not args.tune else None
@@ -253,7 +257,7 @@ def main(argv=None) -> None:
             "command": "python -m fovea.bench --diffusion " + " ".join(sys.argv[1:] if argv is None else argv)}
     args.out.mkdir(parents=True, exist_ok=True)
     if args.tune:
-        result = {**meta, **tune(model, args.n, progress=True)}
+        result = {**meta, **tune(model, args.n, blocks=tuple(args.blocks), progress=True)}
         (args.out / "tune.json").write_text(json.dumps(result, indent=2))
         print(json.dumps({k: result[k] for k in ("block_accuracy", "block_length", "chosen", "chosen_tau_b", "chosen_gate",
                                                  "full_nfe")},

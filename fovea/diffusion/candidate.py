@@ -4,7 +4,10 @@ A deterministic parser per task, built on the slot rules of fovea.data.scoring (
 answer at its template slot) and on its own compiled patterns, so the parser and the scorer never disagree. It returns the *token* positions whose values decide the score, so
 that once they are fixed, filling the rest of the canvas cannot change whether the answer is right:
 
-- first-sentence tasks (colour, position, OCR top, chart highest, OCR read): the first sentence;
+- first-sentence tasks (colour, position, OCR top, chart highest, OCR read): the first sentence, once it
+  holds a value of the slot's kind (a colour word, a place, a code or label in capitals); before that
+  the slot is absent, so a sentence that ends before its answer ("The circle in the bottom left corner
+  is.") is never a candidate;
 - first-number tasks (scene count, OCR word count): everything up to the first number;
 - "last" tasks (scene spatial: the last "<colour> <shape>"; chart value: the last number): from that
   match to the answer's end;
@@ -21,10 +24,20 @@ import bisect
 import re
 
 from fovea.data import TASKS, scoring, text as templates
+from fovea.data.labels import COLOUR_RGB
 
 # one pattern per "last match" task; whole-answer and first-* tasks need none
 _LAST = {"scene/spatial": scoring._LABEL, "chart/value": scoring._NUMBER}
 _WHOLE = ("chart/describe", "scene/describe")
+# what the first sentence of a first-sentence task must hold before it is a candidate: a value of the
+# kind its slot takes (chart labels are letters only, so the digits of "Of the 4 bars" do not count)
+_SLOT_VALUE = {
+    "scene/colour": re.compile(rf"\b(?:{'|'.join(COLOUR_RGB)})\b"),
+    "scene/position": re.compile(rf"\b(?:{scoring._PLACES})\b"),
+    "ocr/top": scoring._CAPS,
+    "ocr/read": scoring._CAPS,
+    "chart/highest": re.compile(r"(?<!\w)[A-Z]+(?!\w)"),
+}
 _SENTENCE_END = re.compile(r"\.(?=\s)")
 _FAMILY_TEXT = {"scene": templates.SCENE, "ocr": templates.OCR, "chart": templates.CHART}
 _FIELD = re.compile(r"\{\w+\}")
@@ -53,11 +66,13 @@ class TokenText:
 
 def char_span(task: str, text: str) -> tuple[int, int] | None:
     """The characters [start, end) of `text` that the scorer of `task` reads, or None when the slot is
-    absent (no number, no label yet). `end == len(text)` means the span runs to the answer's end."""
+    absent (no number, no label, a first sentence without a value of the slot's kind yet).
+    `end == len(text)` means the span runs to the answer's end."""
     begin = len(text) - len(text.lstrip())
-    if task in scoring.FIRST_SENTENCE or task == "ocr/read":
+    if task in _SLOT_VALUE:
         stop = _SENTENCE_END.search(text, begin)
-        return begin, stop.end() if stop else len(text)
+        end = stop.end() if stop else len(text)
+        return (begin, end) if _SLOT_VALUE[task].search(text, begin, end) else None
     if task in scoring.FIRST_NUMBER:
         number = scoring._NUMBER.search(text)
         return (begin, number.end()) if number else None

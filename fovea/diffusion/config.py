@@ -15,7 +15,11 @@ from dataclasses import dataclass, field, replace
 
 # The block length every method shares, chosen on tuning seeds by `python -m fovea.bench --diffusion
 # --tune` (docs/latch.md), like FROZEN_LATCH below
-FROZEN_BLOCK_LENGTH = 4
+FROZEN_BLOCK_LENGTH = 1
+# Fast-dLLM's threshold unmasking commits several positions of a block in one step, so blocks of 1 leave
+# it nothing to do in parallel: it keeps blocks of 4, the length the shared schedule used before blocks of
+# 1 and 2 were in the sweep (docs/latch.md, "The tuning")
+THRESHOLD_BLOCK_LENGTH = 4
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,8 @@ class DiffusionDecodeConfig:
     @classmethod
     def from_name(cls, name: str) -> "DiffusionDecodeConfig":
         """The benchmark's methods: full schedule, fixed-region gate, threshold unmasking, LATCH, and
-        LATCH without BWEC (all on the same block schedule)."""
+        LATCH without BWEC (all on the same block schedule but threshold unmasking's, which needs
+        blocks longer than 1)."""
         if name not in PRESETS:
             raise ValueError(f"unknown diffusion decoding {name!r}; choose one of {sorted(PRESETS)}")
         return PRESETS[name]
@@ -83,14 +88,14 @@ class DiffusionDecodeConfig:
 
 
 # LATCH's frozen set (one for every task; see docs/latch.md for the tuning-seed sweep that chose it)
-FROZEN_LATCH = LatchConfig(cvc=True, tau_c=0.5, stable_steps=3, bwec=True, tau_b=0.99)
+FROZEN_LATCH = LatchConfig(cvc=True, tau_c=0.7, stable_steps=1, bwec=True, tau_b=0.99)
 # the fixed-region gate's threshold, chosen by the same sweep so that its mean NFE matches LATCH's: the
 # two stop rules are compared at the same speed
-FROZEN_GATE_THRESHOLD = 0.93
+FROZEN_GATE_THRESHOLD = 0.95
 PRESETS = {
     "full": DiffusionDecodeConfig("full"),
     "gate": DiffusionDecodeConfig("gate", gate=GateConfig(threshold=FROZEN_GATE_THRESHOLD)),
-    "threshold": DiffusionDecodeConfig("threshold", schedule=ScheduleConfig(unmask_threshold=0.9)),
+    "threshold": DiffusionDecodeConfig("threshold", schedule=ScheduleConfig(block_length=THRESHOLD_BLOCK_LENGTH, unmask_threshold=0.9)),
     "latch": DiffusionDecodeConfig("latch", latch=FROZEN_LATCH),
     "latch_no_bwec": DiffusionDecodeConfig("latch_no_bwec", latch=replace(FROZEN_LATCH, bwec=False)),
 }
