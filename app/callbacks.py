@@ -35,6 +35,7 @@ from app.views import (cleared_outputs, diffusion_cleared, diffusion_pack, expor
 from fovea.config import FoveaConfig
 from fovea.data import EVAL_SEED_START
 from fovea.diffusion import DEFAULT_DIFFUSION_DIR, DiffusionDecodeConfig, diffusion_generate, question_task
+from fovea.diffusion.config import BLOCK_LENGTHS, FROZEN_BLOCK_LENGTH, THRESHOLD_BLOCK_LENGTH
 from fovea.methods import CONTEXTS, METHODS, Method
 from fovea.ood import check_world
 from fovea.pipeline import InputError
@@ -112,6 +113,29 @@ def _materialized(result):
     for record in result.iterations:
         record.materialize()
     return result
+
+
+# the diffusion view's block-length choice: TUNED_BLOCKS keeps each decoding's tuned length (threshold
+# unmasking needs longer blocks than the rest); any other choice puts every decoding of the request,
+# the full schedule included, on blocks of that length
+TUNED_BLOCKS = 0
+BLOCK_CHOICES = ((f"tuned: {FROZEN_BLOCK_LENGTH} (threshold unmasking: {THRESHOLD_BLOCK_LENGTH})", TUNED_BLOCKS),
+                 *((str(b), b) for b in BLOCK_LENGTHS))
+
+
+def block_length_choice(value) -> int | None:
+    """The block-length control, checked: None for TUNED_BLOCKS (or absent), else one of BLOCK_LENGTHS."""
+    if value is None or value == "":
+        return None
+    number = None
+    if isinstance(value, str) and value.strip().isdigit():
+        number = int(value)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer():
+        number = int(value)
+    if number not in (TUNED_BLOCKS, *BLOCK_LENGTHS):
+        raise InputError(f"Choose a block length of {', '.join(map(str, BLOCK_LENGTHS))} (or {TUNED_BLOCKS} for "
+                         f"each decoding's tuned length); got {value!r}.")
+    return None if number == TUNED_BLOCKS else number
 
 
 class Callbacks:
@@ -237,21 +261,22 @@ class Callbacks:
         return live
 
     # ---- Diffusion: one recorded decode shown, then the decodings timed interleaved ------------
-    def check_diffusion(self, image, question, decoding, repeats=None) -> None:
+    def check_diffusion(self, image, question, decoding, repeats=None, block_length=TUNED_BLOCKS) -> None:
         """The UI's fast pre-step of a diffusion Run (no model, or a bad input: its gr.Error)."""
-        self._validate_diffusion(image, question, decoding, repeats)
+        self._validate_diffusion(image, question, decoding, repeats, block_length)
 
-    def run_diffusion(self, image, question, decoding="latch", repeats=None):
+    def run_diffusion(self, image, question, decoding="latch", repeats=None, block_length=TUNED_BLOCKS):
         """Generator over DIFFUSION_OUTPUTS tuples: the chosen diffusion decoding's recorded trajectory,
-        then interleaved timed repeats of it, the full schedule and the autoregressive target."""
-        img, q, decoding, n_repeats = self._validate_diffusion(image, question, decoding, repeats)
-        yield from self._diffusion_request(img, q, decoding, n_repeats)
+        then interleaved timed repeats of it, the full schedule and the autoregressive target, all on
+        blocks of `block_length` (TUNED_BLOCKS: each decoding's tuned length)."""
+        img, q, decoding, n_repeats, block = self._validate_diffusion(image, question, decoding, repeats, block_length)
+        yield from self._diffusion_request(img, q, decoding, n_repeats, block)
 
     def cleared_diffusion(self):
         """What a refused diffusion request leaves on screen: nothing of the previous one."""
         return diffusion_cleared(self.diffusion_notice, status="Press Run to decode.")
 
-    def _validate_diffusion(self, image, question, decoding, repeats):
+    def _validate_diffusion(self, image, question, decoding, repeats, block_length=TUNED_BLOCKS):
         if self.diffusion is None:
             raise gr.Error(html.escape(self.diffusion_missing, quote=False), title="No diffusion model",
                            print_exception=False)
@@ -261,13 +286,15 @@ class Callbacks:
             if decoding not in DECODINGS:
                 raise InputError(f"Choose a diffusion decoding ({', '.join(DECODINGS)}); got {decoding!r}.")
             n_repeats = timing_repeats({"repeats": repeats})
-        return img, q, decoding, n_repeats
+            block = block_length_choice(block_length)
+        return img, q, decoding, n_repeats, block
 
-    def _diffusion_request(self, img, q, decoding: str, n_repeats: int):
+    def _diffusion_request(self, img, q, decoding: str, n_repeats: int, block: int | None = None):
         """The recorded decode (shown, not timed), then up to `n_repeats` interleaved timed repeats of the
-        chosen decoding, the full schedule and the autoregressive target; yields DIFFUSION_OUTPUTS tuples."""
+        chosen decoding, the full schedule and the autoregressive target, on blocks of `block` (None: each
+        decoding's own); yields DIFFUSION_OUTPUTS tuples."""
         model, task = self.diffusion, question_task(q)
-        configs = {m: DiffusionDecodeConfig.from_name(m) for m in (decoding, FULL)}
+        configs = {m: DiffusionDecodeConfig.from_name(m).with_block_length(block) for m in (decoding, FULL)}
         notices = ood_html(check_world(img), self.pipeline.unknown_word_share(q))
         yield diffusion_cleared(notices, "the recorded decode (shown, not timed)…")
         with user_errors("decoding"):
@@ -291,7 +318,8 @@ class Callbacks:
                     decoding, {}, None, f"timing run {r + 1} of up to {n_repeats}: the decodings in turn, "
                     "nothing rendered meanwhile…")))
             summary = diffusion_view.summary(decoding, shown.steps, decodes, timings, task=task, question=q,
-                                             image_sha=image_sha(img))
+                                             image_sha=image_sha(img),
+                                             block_length=configs[decoding].schedule.block_length)
             yield diffusion_pack(diffusion_notice=notices, diffusion_metrics=diffusion_view.speed_html(
                 decoding, decodes, timings), diffusion_stop=stop(full=decodes[FULL]), diffusion_grid=grid,
                 diffusion_summary=summary)

@@ -79,7 +79,7 @@ def _cell(st, pos: int, new: bool, pieces: list[str], eos_id: int, block_length:
     """Position `pos` of step record `st`; `new` when this step committed it."""
     token, conf, span = st.prediction[pos], st.confidence[pos], st.span
     classes = ["fv-dc"] + (["fv-dm"] if not st.committed[pos] else []) + (["fv-dnew"] if new else [])
-    if pos and pos % block_length == 0:
+    if pos and pos % block_length == 0 and block_length > 1:
         classes.append("fv-dblk")
     if span is not None and span[0] <= pos < span[1]:
         classes += ["fv-dspan", *(["fv-dspan-l"] if pos == span[0] else []),
@@ -106,11 +106,15 @@ def trajectory_html(steps, pieces: list[str], eos_id: int, block_length: int) ->
     length = len(steps[0].prediction)
     final = (length - 1) // block_length
     columns = f"grid-template-columns:132px repeat({length},42px)"
-    blocks = "".join(
-        f'<span class="fv-dblock-head" style="grid-column:span {min(block_length, length - b * block_length)}">'
-        f'block {b}{" (final: only CVC ends it early)" if b == final else ""}</span>' for b in range(final + 1))
-    positions = "".join(f'<span class="fv-dpos{" fv-dblk" if p and p % block_length == 0 else ""}">{p}</span>'
-                        for p in range(length))
+    if block_length == 1:            # a head per position would not fit: one sentence across the canvas
+        blocks = (f'<span class="fv-dblock-head" style="grid-column:span {length}">blocks of 1 position, decoded '
+                  f'left to right; the final block is position {length - 1}</span>')
+    else:
+        blocks = "".join(
+            f'<span class="fv-dblock-head" style="grid-column:span {min(block_length, length - b * block_length)}">'
+            f'block {b}{" (final: only CVC ends it early)" if b == final else ""}</span>' for b in range(final + 1))
+    positions = "".join(f'<span class="fv-dpos{" fv-dblk" if p and p % block_length == 0 and block_length > 1 else ""}">'
+                        f'{p}</span>' for p in range(length))
     rows = [f'<div class="fv-drow fv-dhead" style="{columns}"><span class="fv-dlabel">block</span>{blocks}</div>',
             f'<div class="fv-drow fv-dhead" style="{columns}"><span class="fv-dlabel">position</span>{positions}</div>']
     before = (False,) * length
@@ -208,6 +212,9 @@ def _bwec_sentence(steps, latch, block_length: int) -> str:
     guard = (f"BWEC never acts on the final block (positions {final_lo}–{length - 1}): only CVC ends the decode "
              "early there.")
     fired = [st for st in steps if st.rule == "bwec"]
+    if not fired and block_length == 1:
+        return ("BWEC had nothing to commit early: on blocks of 1 the schedule already commits a whole block "
+                "each step, so only CVC can end this decode early.")
     if not fired:
         return (f"BWEC never fired: no non-final block had every masked position at confidence ≥ τb = "
                 f"{latch.tau_b:g}. {guard}")

@@ -17,7 +17,7 @@ from pathlib import Path
 import gradio as gr
 
 from app import diffusion_view, metrics, plots, render
-from app.callbacks import Callbacks
+from app.callbacks import BLOCK_CHOICES, TUNED_BLOCKS, Callbacks
 from app.settings import COMPARE_VARIANTS, SETTING_NAMES, context_defaults, settings_panel
 from app.views import (DIFFUSION_FAMILY, DIFFUSION_OUTPUTS, FOCUS_OUTPUTS, FOVEA_FAMILY, RACE_NOTE, RUN_OUTPUTS,
                        family_visibility)
@@ -128,6 +128,9 @@ def _input_column(cap: int, initial: FoveaConfig, contexts: tuple[str, ...], con
                 decoding = gr.Dropdown([(label, name) for name, label in diffusion_view.DECODINGS.items()],
                                        value="latch", label="Diffusion decoding", elem_id="fv-decoding",
                                        info="timed against the full schedule and the autoregressive target")
+                block_length = gr.Dropdown(list(BLOCK_CHOICES), value=TUNED_BLOCKS, label="Block length",
+                                           elem_id="fv-block-length",
+                                           info="every decoding of the Run, the full schedule included")
                 run_diffusion = gr.Button("Run", variant="primary", elem_id="fv-run-diffusion")
             with gr.Row():
                 randoms = {family: gr.Button(f"Random {label}", size="sm", min_width=60,
@@ -149,7 +152,7 @@ def _input_column(cap: int, initial: FoveaConfig, contexts: tuple[str, ...], con
                              elem_id="fv-import-file")
             view = gr.Button("View trace", variant="secondary", elem_id="fv-import")
     return dict(image=image, question=question, family=family, run=run, diffusion_controls=diffusion_controls,
-                decoding=decoding, run_diffusion=run_diffusion, randoms=randoms, settings=settings, export=export,
+                decoding=decoding, block_length=block_length, run_diffusion=run_diffusion, randoms=randoms, settings=settings, export=export,
                 exported=exported, upload=upload, view=view)
 
 
@@ -282,7 +285,8 @@ def _wire_diffusion(cb: Callbacks, i: dict, c: dict, limit: int, clear_fovea: di
     i["family"].change(family_visibility, i["family"], [i["run"], i["diffusion_controls"], c["fovea_view"],
                                                         c["diffusion_view"]], api_name=False, show_progress="hidden")
     i["question"].submit(None, None, None, js=SUBMIT_JS, api_name=False)
-    inputs = [i["image"], i["question"], i["decoding"], i["settings"][SETTING_NAMES.index("repeats")]]
+    inputs = [i["image"], i["question"], i["decoding"], i["settings"][SETTING_NAMES.index("repeats")],
+              i["block_length"]]
     outputs = [c[name] for name in DIFFUSION_OUTPUTS]
     i["run"].click(cb.cleared_diffusion, None, outputs, api_name=False, show_progress="hidden")
     i["run_diffusion"].click(**clear_fovea)

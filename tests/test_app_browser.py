@@ -409,12 +409,18 @@ def _inside(node, scroller) -> bool:
 
 # ---- the diffusion view ---------------------------------------------------------------------------
 DIFFUSION_SAMPLE = make_sample(1, family="chart", task="value", split="shifted")
+# a second chart/value question steered toward an answer without a number: its slot never appears, so
+# CVC never fires and, on blocks of 4, BWEC commits each non-final block in one step
+NO_SLOT = make_sample(2, family="chart", task="value", split="shifted")
+NO_SLOT_ANSWER = "The bars of this chart carry no values."
 
 
 @pytest.fixture(scope="module")
 def diffusion_app_url(tiny_pipeline, steered_diffusion):
     # steered hard enough that BWEC's frozen tau_b holds (top-1 ~0.998): see test_app_diffusion_api
-    steered = steered_diffusion({DIFFUSION_SAMPLE.question: DIFFUSION_SAMPLE.answer}, strength=16.0)
+    assert NO_SLOT.question != DIFFUSION_SAMPLE.question
+    steered = steered_diffusion({DIFFUSION_SAMPLE.question: DIFFUSION_SAMPLE.answer, NO_SLOT.question: NO_SLOT_ANSWER},
+                                strength=16.0)
     demo = build_demo(tiny_pipeline, diffusion=steered)
     url = serve_in_background(demo)
     yield url
@@ -432,19 +438,18 @@ def test_the_diffusion_view_draws_the_trajectory_and_says_when_cvc_fired(page, d
     page.fill("#fv-question textarea", DIFFUSION_SAMPLE.question)
     page.press("#fv-question textarea", "Shift+Enter")             # submit: runs the family shown
     page.wait_for_selector("#fv-diffusion-metrics .fv-head-item", timeout=180_000)
-    # the grid: a row per denoising step (BWEC commits a block a step, then CVC stops once the span has
-    # held the frozen stable_steps), a cell per position
+    # the grid, on the tuned blocks: a row per denoising step (BWEC commits a block a step where blocks
+    # are longer than 1, then CVC stops once the span has held the frozen stable_steps), a cell per position
     stable = FROZEN_LATCH.stable_steps
+    bwec_rows = stable - 1 if FROZEN_BLOCK_LENGTH > 1 else 0
     rows = page.locator("#fv-diffusion-grid .fv-drow[data-step]")
-    assert rows.evaluate_all("rs => rs.map(r => r.dataset.rule)") == ["bwec"] * (stable - 1) + ["cvc"]
+    assert rows.evaluate_all("rs => rs.map(r => r.dataset.rule)") == ["bwec"] * bwec_rows + ["cvc"] * (stable - bwec_rows)
     assert rows.nth(0).locator(".fv-dc").count() == 48
-    assert rows.nth(0).locator(".fv-dc.fv-dnew").count() == FROZEN_BLOCK_LENGTH
     cvc = page.locator("#fv-diffusion-grid .fv-drow[data-rule=cvc]")
     assert cvc.is_visible() and "CVC fires" in cvc.locator(".fv-dlabel").inner_text()
-    assert "BWEC · block 0" in rows.nth(0).locator(".fv-dlabel").inner_text()
     assert cvc.locator(".fv-dc.fv-dspan").count() > 0                 # the candidate span, outlined
     stop = page.inner_text("#fv-diffusion-stop")
-    assert f"CVC fired at step {stable} of the full schedule's 48" in stop and "BWEC committed block 0 at step 1" in stop
+    assert f"CVC fired at step {stable} of the full schedule's 48" in stop
     # every token reads at WCAG AA contrast on its confidence shade
     ratios = page.locator("#fv-diffusion-grid .fv-dc").evaluate_all(_CONTRAST)
     assert min(r["ratio"] for r in ratios) >= 4.5, min(ratios, key=lambda r: r["ratio"])
@@ -453,6 +458,18 @@ def test_the_diffusion_view_draws_the_trajectory_and_says_when_cvc_fired(page, d
     cell = page.locator("#fv-diffusion-metrics tr.fv-timed-speedup td").first.inner_text()
     assert cell.split("×")[0] == head
     page.locator("#fv-diffusion-view").screenshot(path=str(out_dir / "diffusion_tiny.png"))
+    # blocks of 4, on a question whose slot never appears: BWEC's block commits are labelled rows
+    page.click("#fv-block-length input")
+    page.get_by_role("option", name="4", exact=True).click()
+    page.fill("#fv-question textarea", NO_SLOT.question)
+    page.click("#fv-run-diffusion")
+    page.wait_for_selector("#fv-diffusion-grid .fv-drow[data-rule=bwec]", timeout=180_000)
+    page.wait_for_selector("#fv-diffusion-metrics .fv-head-item", timeout=180_000)
+    assert rows.evaluate_all("rs => rs.map(r => r.dataset.rule)") == ["bwec"] * 11 + ["schedule"] * 4
+    assert rows.nth(0).locator(".fv-dc.fv-dnew").count() == 4
+    assert "BWEC · block 0" in rows.nth(0).locator(".fv-dlabel").inner_text()
+    stop = page.inner_text("#fv-diffusion-stop")
+    assert "BWEC committed block 0 at step 1 (4 positions at once)" in stop and "slot never appeared" in stop
 
 
 def test_without_a_diffusion_model_the_view_says_what_is_missing_and_clears_the_last_results(page, app_url):

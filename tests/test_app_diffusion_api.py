@@ -12,13 +12,20 @@ from gradio_client.exceptions import AppError
 from app.ui import build_demo, serve_in_background
 from app.views import DIFFUSION_OUTPUTS
 from fovea.data import make_sample, tuning_seeds
-from fovea.diffusion.config import FROZEN_LATCH
+from fovea.diffusion.config import FROZEN_BLOCK_LENGTH, FROZEN_LATCH
 
 OUT = {name: i for i, name in enumerate(DIFFUSION_OUTPUTS)}
 SAMPLE = make_sample(tuning_seeds(1)[0], "chart", "value")
 # steered hard enough (top-1 ~0.998) that BWEC's frozen tau_b holds on every block; CVC then fires once
-# the span has held the frozen stable_steps, with BWEC committing one block a step before it
+# the span has held the frozen stable_steps, with BWEC committing one block a step before it (blocks
+# longer than 1; on blocks of 1 BWEC has nothing to commit early)
 STABLE = FROZEN_LATCH.stable_steps
+BWEC_STEPS = list(range(1, STABLE)) if FROZEN_BLOCK_LENGTH > 1 else []
+# a chart/value question steered toward an answer with no number: its slot never appears, so CVC never
+# fires and, on blocks of 4, BWEC commits each of the 11 non-final blocks in one step; the final block
+# (positions 44-47) is the schedule's, one token a step
+NO_SLOT = make_sample(tuning_seeds(2)[1], "chart", "value")
+NO_SLOT_ANSWER = "The bars of this chart carry no values."
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +37,9 @@ def image_path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def app_url(tiny_pipeline, steered_diffusion):
-    demo = build_demo(tiny_pipeline, diffusion=steered_diffusion({SAMPLE.question: SAMPLE.answer}, strength=16.0))
+    assert NO_SLOT.question != SAMPLE.question
+    steered = steered_diffusion({SAMPLE.question: SAMPLE.answer, NO_SLOT.question: NO_SLOT_ANSWER}, strength=16.0)
+    demo = build_demo(tiny_pipeline, diffusion=steered)
     url = serve_in_background(demo)
     yield url
     demo.close()
@@ -56,7 +65,8 @@ def test_a_diffusion_run_shows_the_trajectory_then_the_timed_speedups(client, im
     summary = final[OUT["diffusion_summary"]]
     # steered toward the gold answer: BWEC commits blocks 0, 1, ... at steps 1, 2, ..., CVC stops at step STABLE (of 48)
     assert summary["latch"]["steps"] == STABLE and summary["latch"]["stopped_by"] == "cvc"
-    assert summary["early_exit_step"] == STABLE and summary["bwec_steps"] == list(range(1, STABLE))
+    assert summary["early_exit_step"] == STABLE and summary["bwec_steps"] == BWEC_STEPS
+    assert summary["block_length"] == FROZEN_BLOCK_LENGTH
     assert summary["grid_steps"] == STABLE
     assert summary["full"]["steps"] == 48 and summary["latch"]["answer"] == summary["full"]["answer"] == SAMPLE.answer
     assert summary["task"] == "chart/value" and summary["timing"]["repeats"] == 2
@@ -68,9 +78,23 @@ def test_a_diffusion_run_shows_the_trajectory_then_the_timed_speedups(client, im
     assert "median of 2 interleaved timed runs" in metrics and f'{summary["speedup_vs_full"]:.2f}× (' in metrics
     grid = final[OUT["diffusion_grid"]]
     assert re.findall(r'data-step="(\d+)" data-rule="(\w+)"', grid) == [
-        *((str(i), "bwec") for i in range(1, STABLE)), (str(STABLE), "cvc")]
+        *((str(i), "bwec") for i in BWEC_STEPS), (str(STABLE), "cvc")]
     assert f"CVC fired at step {STABLE}</b> of the full schedule's 48" in final[OUT["diffusion_stop"]]
     assert "same as the full schedule's" in final[OUT["diffusion_stop"]]
+
+
+def test_a_block_length_puts_every_decoding_of_the_run_on_those_blocks(client, image_path):
+    _, final = run(client, image_path, question=NO_SLOT.question, decoding="latch", repeats=1, block_length=4)
+    summary = final[OUT["diffusion_summary"]]
+    assert summary["block_length"] == 4 and summary["task"] == "chart/value"
+    assert summary["latch"]["answer"] == NO_SLOT_ANSWER and summary["latch"]["stopped_by"] == "schedule"
+    assert summary["bwec_steps"] == list(range(1, 12)) and summary["latch"]["steps"] == 11 + 4
+    assert summary["early_exit_step"] is None and summary["full"]["steps"] == 48
+    rules = re.findall(r'data-step="\d+" data-rule="(\w+)"', final[OUT["diffusion_grid"]])
+    assert rules == ["bwec"] * 11 + ["schedule"] * 4
+    stop = final[OUT["diffusion_stop"]]
+    assert "BWEC committed block 0 at step 1 (4 positions at once)" in stop
+    assert "never acts on the final block (positions 44–47)" in stop and "slot never appeared" in stop
 
 
 @pytest.mark.parametrize("decoding,stopped_by", [("full", "schedule"), ("gate", "gate"), ("latch_no_bwec", "cvc")])
@@ -90,12 +114,13 @@ def test_a_question_outside_the_world_decodes_without_cvc(client, image_path):
     assert "no parser for its answer" in final[OUT["diffusion_stop"]]
 
 
-@pytest.mark.parametrize("question,decoding,message", [
-    ("", "latch", "Please type a question about the image."),
-    (SAMPLE.question, "fastest", "Choose a diffusion decoding"),
+@pytest.mark.parametrize("question,decoding,block,message", [
+    ("", "latch", 0, "Please type a question about the image."),
+    (SAMPLE.question, "fastest", 0, "Choose a diffusion decoding"),
+    (SAMPLE.question, "latch", 3, "Choose a block length of 1, 2, 4, 8, 16, 32"),
 ])
-def test_bad_diffusion_inputs_get_the_apps_sentence(client, image_path, question, decoding, message):
+def test_bad_diffusion_inputs_get_the_apps_sentence(client, image_path, question, decoding, block, message):
     with pytest.raises(AppError, match=message):
-        client.predict(handle_file(str(image_path)), question, decoding, 1, api_name="/run_diffusion")
+        client.predict(handle_file(str(image_path)), question, decoding, 1, block, api_name="/run_diffusion")
     _, final = run(client, image_path, decoding="latch", repeats=1)             # the next request still works
     assert final[OUT["diffusion_summary"]]["latch"]["stopped_by"] == "cvc"

@@ -110,6 +110,16 @@ def test_bwec_never_touches_the_final_block(model, sample):
     assert all(st.rule == "schedule" for st in result.steps if st.block == BLOCKS - 1)
 
 
+def test_bwec_acts_only_where_it_commits_more_than_the_schedule(model, sample):
+    """Blocks of 1 (or a block's last open position) leave BWEC nothing to commit early: such steps are
+    the schedule's, and the decode is exactly LATCH without BWEC's."""
+    ones = DiffusionDecodeConfig("ones", ScheduleConfig(block_length=1), latch=LatchConfig(bwec=True, tau_b=0.0))
+    result = decode(model, sample, ones)
+    assert result.nfe == LENGTH and {st.rule for st in result.steps} == {"schedule"}
+    plain = decode(model, sample, DiffusionDecodeConfig("plain", ScheduleConfig(block_length=1)))
+    assert result.tokens == plain.tokens
+
+
 def test_cvc_that_always_holds_stops_at_once_and_fills_with_the_argmax(model, sample):
     result = decode(model, sample, config(cvc=True, tau_c=0.0, stable_steps=1))
     assert result.nfe == 1 and result.stopped_by == "cvc"
@@ -166,6 +176,12 @@ def test_tune_sweeps_the_block_length_then_replays_cvc_at_the_chosen_one(model):
     assert result["chosen"] is None or result["chosen"]["nfe"] == min(
         g["nfe"] for g in result["grid"].values()
         if all(g[t] >= result["full_accuracy"][t] - 0.02 for t in TASK_NAMES))
+
+
+def test_on_blocks_of_one_the_tune_decodes_only_the_largest_tau_b(model):
+    result = tune(model, 1, blocks=(1,), tau_bs=(0.5, 0.9))
+    assert result["block_length"] == 1 and result["full_nfe"] == LENGTH
+    assert result["chosen"] is None or (list(result["bwec"]) == ["tau_b=0.9"] and result["chosen_tau_b"] in (None, 0.9))
 
 
 def test_bwec_tuning_decodes_latch_at_each_tau_b(model):

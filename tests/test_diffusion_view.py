@@ -96,6 +96,16 @@ def test_the_grid_has_a_row_per_step_and_a_cell_per_position_shaded_by_confidenc
     assert dv.shade(0.0) == "#ffffff" and dv.shade(1.0) != dv.shade(0.5) != dv.shade(0.0)
 
 
+def test_blocks_of_one_get_one_head_across_the_canvas_and_bwec_says_it_had_nothing_to_commit(model, sample):
+    cfg = DiffusionDecodeConfig("ones", ScheduleConfig(block_length=1), latch=LatchConfig(bwec=True, tau_b=0.0))
+    result = diffusion_generate(model, sample.image, sample.question, cfg, task="scene/colour", record=True)
+    markup = dv.trajectory_html(result.steps, model.token_text.pieces, model.eos_id, 1)
+    assert markup.count('class="fv-dblock-head"') == 1 and f"the final block is position {LENGTH - 1}" in markup
+    assert "fv-dblk" not in markup                                   # no block border between every cell
+    stop = dv.stop_html(result.steps, result.stopped_by, cfg, "scene/colour", model.token_text.pieces, model.eos_id)
+    assert "BWEC had nothing to commit early: on blocks of 1" in stop
+
+
 def test_the_candidate_span_is_outlined_where_the_trace_puts_it(model, sample):
     result = diffusion_generate(model, sample.image, sample.question, config(), task="scene/colour", record=True)
     for st, row in zip(result.steps, grid_of(model, result).rows):

@@ -20,7 +20,6 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -28,13 +27,13 @@ import torch
 from fovea.bench.report import write_rows
 from fovea.data import TASKS, eval_seeds, make_sample, tuning_seeds
 from fovea.data.scoring import answer_correct
-from fovea.diffusion.config import METHODS, DiffusionDecodeConfig, LatchConfig, ScheduleConfig
+from fovea.diffusion.config import BLOCK_LENGTHS, METHODS, DiffusionDecodeConfig, LatchConfig, ScheduleConfig
 from fovea.diffusion.decode import answer_of, diffusion_generate
 
 TASK_NAMES = tuple(f"{f}/{t}" for f, ts in TASKS.items() for t in ts)
 AUTOREGRESSIVE = "autoregressive"      # the shipped target, greedy: the reference the app also times
 TUNE_GRID = {"tau_c": (0.5, 0.7, 0.8, 0.9, 0.95, 0.99), "stable_steps": (1, 2, 3, 4)}
-TUNE_BLOCKS = (1, 2, 4, 8, 16, 32)
+TUNE_BLOCKS = BLOCK_LENGTHS
 TUNE_TAU_B = (0.7, 0.8, 0.9, 0.95, 0.99)
 # the gate's thresholds; the one whose replayed mean NFE is nearest LATCH's is the gate "at LATCH's speed"
 TUNE_GATE = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99)
@@ -54,7 +53,7 @@ def measure(model, samples, methods, record: bool = False, target=None, block_le
     line to stderr after each task's questions."""
     configs = {m: (configs or {}).get(m) or DiffusionDecodeConfig.from_name(m) for m in methods if m != AUTOREGRESSIVE}
     if block_length is not None:
-        configs = {m: replace(c, schedule=replace(c.schedule, block_length=block_length)) for m, c in configs.items()}
+        configs = {m: c.with_block_length(block_length) for m, c in configs.items()}
     rows = []
     for i, s in enumerate(samples):
         task = f"{s.family}/{s.task}"
@@ -166,7 +165,8 @@ def tune(model, n_per_task: int, blocks=TUNE_BLOCKS, tau_bs=TUNE_TAU_B, progress
     chosen setting is the one with the fewest steps whose accuracy is within 2 points of the full
     schedule's on every task (ties: the larger tau_c). Last, with that CVC, BWEC at each tau_b in
     `tau_bs`, decoded for real (BWEC changes the trajectory, so it cannot be replayed), chosen by the
-    same rule (ties: the larger tau_b). And the fixed-region gate at LATCH's speed: of the thresholds in
+    same rule (ties: the larger tau_b); on blocks of 1 BWEC cannot act (decode.bwec_fires), so only the
+    largest tau_b is decoded. And the fixed-region gate at LATCH's speed: of the thresholds in
     TUNE_GATE, replayed, the one whose mean NFE is nearest the chosen LATCH's (ties: the larger)."""
     samples = questions(n_per_task, tuning_seeds)
     by_block = {b: measure(model, samples, ["full"], record=True, block_length=b, progress=progress) for b in blocks}
@@ -178,6 +178,7 @@ def tune(model, n_per_task: int, blocks=TUNE_BLOCKS, tau_bs=TUNE_TAU_B, progress
             for tau_c in TUNE_GRID["tau_c"] for st in TUNE_GRID["stable_steps"]}
     full = {t: statistics.mean(r["correct"] for r in rows if r["task"] == t) for t in TASK_NAMES}
     chosen = fewest_steps_within(grid, full, "tau_c")
+    tau_bs = (max(tau_bs),) if block == 1 else tau_bs          # every tau_b decodes the same tokens there
     bwec = {} if chosen is None else tune_bwec(model, samples, block, chosen, tau_bs, progress)
     chosen_bwec = fewest_steps_within(bwec, full, "tau_b")
     latch = chosen_bwec or chosen

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 # The block length every method shares, chosen on tuning seeds by `python -m fovea.bench --diffusion
 # --tune` (docs/latch.md), like FROZEN_LATCH below
 FROZEN_BLOCK_LENGTH = 1
+# the block lengths the tuning tries and the studio offers
+BLOCK_LENGTHS = (1, 2, 4, 8, 16, 32)
 # Fast-dLLM's threshold unmasking commits several positions of a block in one step, so blocks of 1 leave
 # it nothing to do in parallel: it keeps blocks of 4, the length the shared schedule used before blocks of
 # 1 and 2 were in the sweep (docs/latch.md, "The tuning")
@@ -85,6 +87,10 @@ class DiffusionDecodeConfig:
 
     def with_latch(self, **changes) -> "DiffusionDecodeConfig":
         return replace(self, latch=replace(self.latch, **changes))
+
+    def with_block_length(self, block_length: int | None) -> "DiffusionDecodeConfig":
+        """This decoding on blocks of `block_length` (None: its own)."""
+        return self if block_length is None else replace(self, schedule=replace(self.schedule, block_length=block_length))
 
 
 # LATCH's frozen set (one for every task; see docs/latch.md for the tuning-seed sweep that chose it)

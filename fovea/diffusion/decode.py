@@ -98,10 +98,12 @@ def gate_fires(state: CanvasState, conf: torch.Tensor, threshold: float | None) 
     return threshold is not None and float(settled(state, conf).mean()) >= threshold
 
 
-def bwec_fires(state: CanvasState, conf: torch.Tensor, lo: int, hi: int, final: bool, tau_b: float) -> bool:
-    """BWEC's local rule: every still-masked position of a non-final block has confidence >= tau_b."""
+def bwec_fires(state: CanvasState, conf: torch.Tensor, lo: int, hi: int, final: bool, tau_b: float,
+               per_step: int = 1) -> bool:
+    """BWEC's local rule: every still-masked position of a non-final block has confidence >= tau_b. It
+    acts only where it commits more than the schedule's `per_step` would (a block of 1 is never early)."""
     open_ = ~state.committed[lo:hi]
-    return not final and bool(open_.any()) and float(conf[lo:hi][open_].min()) >= tau_b
+    return not final and int(open_.sum()) > per_step and float(conf[lo:hi][open_].min()) >= tau_b
 
 
 def schedule_picks(state: CanvasState, conf: torch.Tensor, lo: int, hi: int, schedule) -> torch.Tensor:
@@ -141,7 +143,8 @@ def step_rule(state, pred, conf, span, cfg: DiffusionDecodeConfig, length: int) 
     if gate_fires(state, conf, cfg.gate.threshold):
         commit(state, pred, conf, ~state.committed)
         return "gate"
-    if cfg.latch.bwec and bwec_fires(state, conf, lo, hi, final, cfg.latch.tau_b):
+    if cfg.latch.bwec and bwec_fires(state, conf, lo, hi, final, cfg.latch.tau_b,
+                                             cfg.schedule.tokens_per_step):
         commit(state, pred, conf, lo + (~state.committed[lo:hi]).nonzero()[:, 0])
         return "bwec"
     commit(state, pred, conf, schedule_picks(state, conf, lo, hi, cfg.schedule))
