@@ -75,11 +75,17 @@ def cell_text(piece: str, eos: bool) -> str:
     return piece.strip() or "␣"
 
 
+def _block_edge(pos: int, block_length: int) -> bool:
+    """Whether a block starts at canvas position `pos` after another (a border is drawn there; none on
+    blocks of 1, where every position would carry one)."""
+    return block_length > 1 and pos > 0 and pos % block_length == 0
+
+
 def _cell(st, pos: int, new: bool, pieces: list[str], eos_id: int, block_length: int) -> str:
     """Position `pos` of step record `st`; `new` when this step committed it."""
     token, conf, span = st.prediction[pos], st.confidence[pos], st.span
     classes = ["fv-dc"] + (["fv-dm"] if not st.committed[pos] else []) + (["fv-dnew"] if new else [])
-    if pos and pos % block_length == 0 and block_length > 1:
+    if _block_edge(pos, block_length):
         classes.append("fv-dblk")
     if span is not None and span[0] <= pos < span[1]:
         classes += ["fv-dspan", *(["fv-dspan-l"] if pos == span[0] else []),
@@ -113,8 +119,8 @@ def trajectory_html(steps, pieces: list[str], eos_id: int, block_length: int) ->
         blocks = "".join(
             f'<span class="fv-dblock-head" style="grid-column:span {min(block_length, length - b * block_length)}">'
             f'block {b}{" (final: only CVC ends it early)" if b == final else ""}</span>' for b in range(final + 1))
-    positions = "".join(f'<span class="fv-dpos{" fv-dblk" if p and p % block_length == 0 and block_length > 1 else ""}">'
-                        f'{p}</span>' for p in range(length))
+    positions = "".join(f'<span class="fv-dpos{" fv-dblk" if _block_edge(p, block_length) else ""}">{p}</span>'
+                        for p in range(length))
     rows = [f'<div class="fv-drow fv-dhead" style="{columns}"><span class="fv-dlabel">block</span>{blocks}</div>',
             f'<div class="fv-drow fv-dhead" style="{columns}"><span class="fv-dlabel">position</span>{positions}</div>']
     before = (False,) * length

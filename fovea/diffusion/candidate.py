@@ -24,7 +24,6 @@ import bisect
 import re
 
 from fovea.data import TASKS, scoring, text as templates
-from fovea.data.labels import COLOUR_RGB
 
 # one pattern per "last match" task; whole-answer and first-* tasks need none
 _LAST = {"scene/spatial": scoring._LABEL, "chart/value": scoring._NUMBER}
@@ -32,7 +31,7 @@ _WHOLE = ("chart/describe", "scene/describe")
 # what the first sentence of a first-sentence task must hold before it is a candidate: a value of the
 # kind its slot takes (chart labels are letters only, so the digits of "Of the 4 bars" do not count)
 _SLOT_VALUE = {
-    "scene/colour": re.compile(rf"\b(?:{'|'.join(COLOUR_RGB)})\b"),
+    "scene/colour": re.compile(rf"\b(?:{scoring._COLOURS})\b"),
     "scene/position": re.compile(rf"\b(?:{scoring._PLACES})\b"),
     "ocr/top": scoring._CAPS,
     "ocr/read": scoring._CAPS,
