@@ -192,6 +192,15 @@ def test_a_tower_only_step_trains_the_tower_projector_and_heads_on_wide_looks(te
             assert look in LOOKS[family]["train"] and look not in LOOKS[family]["held_out"]
             assert make_sample(seed, family, look=look).look == look
     assert training_look(0, "ocr") is None
+    # "labels": half the charts (even seeds) in 2-3-letter labels in a non-regular face, still training looks
+    from fovea.data.looks import label_look
+
+    hard = [label_look(seed, "chart") for seed in range(40)]
+    assert all(look in LOOKS["chart"]["train"] and look.face != "regular" and look.label_length != 1 for look in hard)
+    assert len({look.face for look in hard}) == 3 and label_look(0, "ocr") is None
+    assert label_look(5, "scene") == training_look(5, "scene")
+    pixels, _ = aux_images(AUX_SEED_START, 0, 4, AUX_FAMILIES, size, looks="labels")
+    assert pixels.shape[0] == 4
     with pytest.raises(ValueError, match="looks"):
         aux_images(AUX_SEED_START, 0, 2, AUX_FAMILIES, size, looks="held_out")
 

@@ -209,6 +209,18 @@ def test_training_runs_resumes_and_exports_a_loadable_model(tmp_path):
     assert [r["step"] for r in log] == [1, 2, 3] and all(r["loss"] > 0 for r in log)
     loaded = load_diffusion(tmp_path / "out")
     assert loaded.canvas.length == 16
+    # continuing the export: its steps go on (so do the data seeds), with a new warm-up over the added steps
+    more = ["--init-from", str(tmp_path / "out"), "--run-dir", str(tmp_path / "run2"), "--out", str(tmp_path / "out2"),
+            "--batch-size", "2", "--canvas-length", "16", "--eval-n", "0", "--threads", "1", "--probe-every", "9",
+            "--warmup", "2", "--focus-tasks", "chart/value", "--focus-share", "1.0"]
+    main(more + ["--total-steps", "5"])
+    log2 = [json.loads(line) for line in (tmp_path / "run2" / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log2] == [4, 5] and log2[0]["lr"] == log2[1]["lr"] / 2   # a new warm-up
+    assert json.loads((tmp_path / "out2" / "train_config.json").read_text())["steps"] == 5
+    with pytest.raises(SystemExit, match="canvas of 16"):
+        main(more[:-4] + ["--canvas-length", "32", "--total-steps", "6"])
+    with pytest.raises(SystemExit, match="ends at step 5"):
+        main(more[:1] + [str(tmp_path / "out2"), "--run-dir", str(tmp_path / "run3")] + more[4:] + ["--total-steps", "5"])
     s = make_sample(tuning_seeds(1)[0], "ocr", "top")
     assert diffusion_generate(loaded, s.image, s.question, DiffusionDecodeConfig.from_name("latch"),
                               task="ocr/top").nfe <= 16
@@ -223,6 +235,21 @@ def test_training_runs_resumes_and_exports_a_loadable_model(tmp_path):
     assert results["rows_file"] == "rows.jsonl.gz" and len(rows) == 2 * len(TASK_NAMES)
     assert {r["method"] for r in rows} == {"full", "latch"} and all(r["nfe"] == 16 for r in rows if r["method"] == "full")
     assert results["summary"]["full"]["all"]["n"] == len(TASK_NAMES)
+
+
+def test_focus_tasks_steer_a_share_of_the_training_batch():
+    from fovea.training.diffusion import step_samples
+
+    focus = [("chart", "value"), ("scene", "count")]
+    every = step_samples(3, 40, focus, 1.0)
+    assert {(s.family, s.task) for s in every} == set(focus)
+    half = step_samples(3, 40, focus, 0.5)
+    steered = sum((s.family, s.task) in focus for s in half)
+    assert 20 <= steered < 40                              # about half steered, plus the plain draws that land there
+    plain = step_samples(3, 40)
+    assert [s.question for s in step_samples(3, 40, focus, 0.0)] == [s.question for s in plain]
+    assert [s.question for s in half if (s.family, s.task) not in focus] == \
+        [p.question for s, p in zip(half, plain) if (s.family, s.task) not in focus]
 
 
 def test_a_bad_mask_token_is_refused():

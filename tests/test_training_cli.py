@@ -431,14 +431,15 @@ def test_rebuild_validates_its_input(tmp_path):
 
 
 def test_bf16_autocast_only_where_the_cpu_runs_it_fast():
-    """"auto" picks bf16 on CUDA and on CPUs with AMX-BF16, fp32 on AVX2-only CPUs (where bf16 autocast
+    """"auto" picks bf16 on CUDA and on CPUs with AMX-BF16 or AVX512-BF16, fp32 on AVX2-only CPUs (where bf16 autocast
     runs ~24x slower); "bf16" / "fp32" force it; anything else is refused."""
     from fovea.training.common import bf16_autocast
 
     cpu = torch.device("cpu")
     assert bf16_autocast(cpu, "auto", cpuinfo="flags\t: fpu sse avx2 fma amx_bf16 amx_tile")[1]
     assert not bf16_autocast(cpu, "auto", cpuinfo="flags\t: fpu sse avx2 fma")[1]
-    assert not bf16_autocast(cpu, "auto", cpuinfo="flags\t: avx2 avx512_bf16")[1]        # unmeasured: fp32
+    assert bf16_autocast(cpu, "auto", cpuinfo="flags\t: avx2 avx512f avx512_bf16")[1]      # Zen 4: 1.4x a deep step
+    assert not bf16_autocast(cpu, "auto", cpuinfo="flags\t: avx2 avx512f avx512bw")[1]     # AVX-512 without bf16
     assert bf16_autocast(cpu, "bf16", cpuinfo="flags\t: avx2")[1]
     assert not bf16_autocast(cpu, "fp32", cpuinfo="flags\t: amx_bf16")[1]
     assert bf16_autocast(torch.device("cuda"), "auto", cpuinfo="")[1]

@@ -73,7 +73,8 @@ class DeepTargetConfig:
     aux_weight: float = 0.5         # the per-patch label loss on the visual tokens (only when the vision trains)
     aux_images: int = 0             # extra images per step through the vision tower alone, for that loss
     aux_looks: str = "mixed"        # those images' looks (target.AUX_LOOKS): "wide" draws every chart and scene
-                                    # in a training look, where "mixed" leaves half in the base look
+                                    # in a training look, where "mixed" leaves half in the base look; "labels"
+                                    # puts half the charts in 2-3-letter labels in non-regular faces
     vision_steps: int = 0           # the first steps after a (warm) start train the tower alone on aux images
     seed: int = 0
 
@@ -314,7 +315,7 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--autocast", default="auto", choices=AUTOCAST_CHOICES,
-                   help="auto: bf16 on CUDA and AMX CPUs, fp32 elsewhere (AVX2-only CPUs run bf16 ~24x slower)")
+                   help="auto: bf16 on CUDA and AMX or AVX512-BF16 CPUs, fp32 elsewhere (AVX2-only CPUs run bf16 ~24x slower)")
     p.add_argument("--probe-every", type=int, default=50)
     p.add_argument("--eval-every", type=int, default=500)
     p.add_argument("--eval-n", type=int, default=4, help="questions per task in the periodic generation eval")

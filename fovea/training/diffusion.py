@@ -6,7 +6,9 @@ t ~ U(0, 1), each answer token masked with probability t, cross-entropy on maske
 The vision tower and projector stay frozen; the decoder, embeddings and LM head train. Each step draws
 `batch_size` single-turn samples (seeds step*B ... (step+1)*B - 1, every family and task) and masks them
 with a generator seeded by (seed, step), so a resumed run repeats the batches and masks it would have
-drawn. Writes checkpoints (resume), log.jsonl (loss), curves.jsonl (teacher-free masked-token accuracy
+drawn. `--focus-tasks` puts a share of each batch on the named tasks. `--init-from` an exported denoiser
+(e.g. assets/diffusion) continues it: step numbering (and so the data) goes on from its last step, with a
+fresh optimiser and a new warm-up and cosine over the added steps. Writes checkpoints (resume), log.jsonl (loss), curves.jsonl (teacher-free masked-token accuracy
 on held-out samples at fixed masking rates), eval.jsonl (decoded accuracy) in --run-dir, and an fp16
 export to --out. Knows nothing about early exit.
 """
@@ -26,8 +28,9 @@ from fovea.diffusion.config import METHODS
 from fovea.diffusion.model import DEFAULT_DIFFUSION_DIR, CanvasConfig, from_target
 from fovea.diffusion.objective import answer_canvas, diffusion_loss, mask_canvas
 from fovea.models.bundled import DEFAULT_TARGET_DIR
-from fovea.training.common import Checkpointer, Timer, add_config_args, append_jsonl, config_from_args, lr_at
-from fovea.training.target import ALL_TASKS, stop_on_sigterm, to_device
+from fovea.training.common import (AUTOCAST_CHOICES, Checkpointer, Timer, add_config_args, append_jsonl,
+                                   bf16_autocast, config_from_args, lr_at)
+from fovea.training.target import ALL_TASKS, parse_focus, stop_on_sigterm, to_device
 
 PROBE_RATES = (0.5, 1.0)     # masking rates of the held-out probe (1.0: the whole canvas from the prompt alone)
 
@@ -59,9 +62,21 @@ def samples_batch(samples, model) -> dict:
             "pixels": torch.cat([model.pixels(s.image) for s in samples])}
 
 
-def training_batch(step: int, cfg: DiffusionTrainConfig, model) -> dict:
-    """The deterministic batch of a step: samples step*B .. (step+1)*B - 1 and their masks."""
-    samples = [make_sample(seed) for seed in range(step * cfg.batch_size, (step + 1) * cfg.batch_size)]
+def step_samples(step: int, batch_size: int, focus=(), share: float = 0.0) -> list:
+    """A step's samples: seeds step*B .. (step+1)*B - 1. With `focus` ([(family, task)]), each seed asks one
+    of those tasks (drawn per seed) with probability `share`, else whatever make_sample draws."""
+    import random
+
+    def sample(seed: int):
+        rng = random.Random(f"diffusion-focus/{seed}")
+        return make_sample(seed, *rng.choice(focus)) if focus and rng.random() < share else make_sample(seed)
+
+    return [sample(seed) for seed in range(step * batch_size, (step + 1) * batch_size)]
+
+
+def training_batch(step: int, cfg: DiffusionTrainConfig, model, focus=(), share: float = 0.0) -> dict:
+    """The deterministic batch of a step (step_samples) and its masks."""
+    samples = step_samples(step, cfg.batch_size, focus, share)
     batch = samples_batch(samples, model)
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
     batch["noisy"], batch["masked"], batch["rate"] = mask_canvas(batch["canvas"], model.canvas.mask_token_id, gen)
@@ -96,7 +111,8 @@ def probe(model, n_per_task: int = 2) -> dict:
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m fovea.train diffusion", description=__doc__)
-    p.add_argument("--init-from", type=Path, default=DEFAULT_TARGET_DIR, help="the autoregressive target to adapt")
+    p.add_argument("--init-from", type=Path, default=DEFAULT_TARGET_DIR,
+                   help="the autoregressive target to adapt, or an exported denoiser to continue (its steps go on)")
     p.add_argument("--out", type=Path, default=DEFAULT_DIFFUSION_DIR, help="where the final fp16 model goes")
     p.add_argument("--run-dir", type=Path, default=Path("runs/diffusion"), help="checkpoints + logs (resume)")
     p.add_argument("--minutes", type=float, default=60.0, help="stop after this much wall time")
@@ -108,8 +124,15 @@ def parse_args(argv=None):
     p.add_argument("--eval-n", type=int, default=3, help="held-out questions per task in each decoded evaluation")
     p.add_argument("--eval-method", default="threshold", choices=METHODS,
                    help="the decoding the evaluation uses (fovea.diffusion.config)")
+    p.add_argument("--focus-tasks", nargs="+", default=[], metavar="FAMILY/TASK",
+                   help="tasks a share of each batch asks (e.g. chart/value scene/count ocr/read)")
+    p.add_argument("--focus-share", type=float, default=0.5, help="that share, in [0, 1]")
+    p.add_argument("--autocast", default="auto", choices=AUTOCAST_CHOICES,
+                   help="auto: bf16 autocast on CUDA and on CPUs with AMX-BF16 or AVX512-BF16, fp32 elsewhere")
     add_config_args(p, DiffusionTrainConfig)
     args = p.parse_args(argv)
+    if not 0.0 <= args.focus_share <= 1.0:
+        p.error(f"--focus-share must be in [0, 1], got {args.focus_share}")
     if args.batch_size < 1 or args.minutes <= 0 or args.total_steps < 1:
         p.error("--batch-size and --total-steps must be >= 1 and --minutes > 0")
     if not 8 <= args.canvas_length <= 256:
@@ -129,29 +152,45 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(cfg.seed)
+    focus = parse_focus(args.focus_tasks)
     run = args.run_dir
     run.mkdir(parents=True, exist_ok=True)
+    canvas, continued = CanvasConfig(cfg.canvas_length, cfg.mask_token_id), continued_steps(args.init_from)
+    exported = json.loads((args.init_from / "config.json").read_text()).get("fovea_diffusion")
+    if exported is not None and (exported["length"], exported["mask_token_id"]) != (canvas.length, canvas.mask_token_id):
+        raise SystemExit(f"--init-from {args.init_from} is a denoiser with a canvas of {exported['length']} and mask "
+                         f"token {exported['mask_token_id']}: pass the same --canvas-length and --mask-token-id")
     try:
-        model = from_target(args.init_from, CanvasConfig(cfg.canvas_length, cfg.mask_token_id))
+        model = from_target(args.init_from, canvas)
     except ValueError as e:
         raise SystemExit(str(e))
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     ckpt = Checkpointer(run)
-    step, _ = ckpt.load({"model": model, "opt": opt})
+    step, extra = ckpt.load({"model": model, "opt": opt})
+    warm_start = extra.get("warm_start", 0)
+    if step == 0 and continued:
+        step = warm_start = continued
+    if warm_start >= cfg.total_steps:
+        raise SystemExit(f"--init-from {args.init_from} ends at step {warm_start}: --total-steps "
+                         f"({cfg.total_steps}) counts from step 0, so pass more than that")
     model.to(args.device).train()
+    autocast, bf16 = bf16_autocast(torch.device(args.device), args.autocast)
     (run / "train_config.json").write_text(json.dumps({**asdict(cfg), "init_from": str(args.init_from)}, indent=2))
     append_jsonl(run / "launches.jsonl", {"step": step, "argv": list(sys.argv[1:] if argv is None else argv)})
-    tqdm.write(f"diffusion: {sum(p.numel() for p in params) / 1e6:.1f}M trainable, fp32 on {args.device}")
+    tqdm.write(f"diffusion: {sum(p.numel() for p in params) / 1e6:.1f}M trainable, "
+               f"{'bf16 autocast' if bf16 else 'fp32'} on {args.device}, from step {step}")
     if step == 0:
         append_jsonl(run / "curves.jsonl", {"step": 0, "minutes": 0.0, **probe(model)})
     timer, bar = Timer(), tqdm(initial=step, total=cfg.total_steps, desc="diffusion", dynamic_ncols=True)
     stop = stop_on_sigterm()
     while step < cfg.total_steps and timer.minutes() < args.minutes and not stop:
-        lr = lr_at(step, cfg.total_steps, cfg.lr, cfg.warmup)
+        lr = lr_at(step - warm_start, cfg.total_steps - warm_start, cfg.lr, cfg.warmup)
         for g in opt.param_groups:
             g["lr"] = lr
-        loss = train_step(model, to_device(training_batch(step, cfg, model), torch.device(args.device)))
+        batch = to_device(training_batch(step, cfg, model, focus, args.focus_share), torch.device(args.device))
+        with autocast:
+            loss = train_step(model, batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -162,15 +201,24 @@ def main(argv=None) -> None:
         append_jsonl(run / "log.jsonl", {"step": step, "loss": round(loss.item(), 4), "lr": lr,
                                          "minutes": round(timer.minutes(), 2)})
         if step % args.save_every == 0:
-            ckpt.save(step, {"model": model, "opt": opt})
+            ckpt.save(step, {"model": model, "opt": opt}, {"warm_start": warm_start})
         if step % args.probe_every == 0:
             append_jsonl(run / "curves.jsonl", {"step": step, "minutes": round(timer.minutes(), 2), **probe(model)})
         if args.eval_every and step % args.eval_every == 0 and args.eval_n:
             append_jsonl(run / "eval.jsonl", {"step": step, **accuracy(model, args.eval_n, args.eval_method)})
-    ckpt.save(step, {"model": model, "opt": opt})
+    ckpt.save(step, {"model": model, "opt": opt}, {"warm_start": warm_start})
     if args.eval_n:
         append_jsonl(run / "eval.jsonl", {"step": step, **accuracy(model, args.eval_n, args.eval_method)})
     export(model.cpu(), args.out, cfg, step, run)
+
+
+def continued_steps(folder: Path) -> int:
+    """The steps an exported denoiser was trained for (its train_config.json), 0 for an autoregressive target."""
+    config = json.loads((folder / "config.json").read_text())
+    train = folder / "train_config.json"
+    if "fovea_diffusion" not in config or not train.exists():
+        return 0
+    return int(json.loads(train.read_text()).get("steps", 0))
 
 
 def export(model, out: Path, cfg: DiffusionTrainConfig, step: int, run_dir: Path) -> None:

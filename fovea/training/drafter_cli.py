@@ -169,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "same initialisation, exported to OUT (repeatable), e.g. --variant assets/d_prop "
                         "propagate=true --variant assets/d_w64 hidden=64; the bench decodes it with --drafters")
     p.add_argument("--autocast", default="auto", choices=AUTOCAST_CHOICES,
-                   help="auto: bf16 autocast on CPUs with AMX-BF16 (and CUDA), fp32 elsewhere; bf16 / fp32 force it")
+                   help="auto: bf16 autocast on CPUs with AMX-BF16 or AVX512-BF16 (and CUDA), fp32 elsewhere; bf16 / fp32 force it")
     add_config_args(p, DrafterTrainConfig)
     return p
 

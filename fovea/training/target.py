@@ -320,7 +320,7 @@ def training_batch(step: int, cfg: TargetTrainConfig, tokenizer, model, focus: l
     return batch
 
 
-AUX_LOOKS = ("base", "mixed", "wide")
+AUX_LOOKS = ("base", "mixed", "wide", "labels")
 
 
 def aux_images(start: int, step: int, n: int, families, size: int, looks: str = "base") -> tuple[torch.Tensor, dict]:
@@ -328,8 +328,9 @@ def aux_images(start: int, step: int, n: int, families, size: int, looks: str = 
     start + step*n .. start + (step+1)*n - 1, from `families` in turn. `looks`: "base", as make_sample
     draws them; "mixed", as a training conversation's image (a training look on looks.WIDE_SHARE of
     charts and scenes, else the base); "wide", every chart and scene in a training look drawn uniformly
-    (looks.training_look). Never a held-out look."""
-    from fovea.data.looks import training_look
+    (looks.training_look); "labels", as "wide" on odd seeds and on even ones a chart with 2-3-letter labels
+    in a bold, condensed or oblique face (looks.label_look). Never a held-out look."""
+    from fovea.data.looks import label_look, training_look
 
     if looks not in AUX_LOOKS:
         raise ValueError(f"looks must be one of {AUX_LOOKS}, got {looks!r}")
@@ -337,7 +338,10 @@ def aux_images(start: int, step: int, n: int, families, size: int, looks: str = 
     def record(seed: int, family: str):
         if looks == "mixed":
             return make_conversation(seed, 1, family)
-        return make_sample(seed, family=family, look=training_look(seed, family) if looks == "wide" else None)
+        if looks == "base":
+            return make_sample(seed, family=family)
+        drill = looks == "labels" and seed % 2 == 0
+        return make_sample(seed, family=family, look=(label_look if drill else training_look)(seed, family))
 
     records = [record(start + seed, families[seed % len(families)]) for seed in range(step * n, (step + 1) * n)]
     return torch.cat([image_to_pixels(r.image, size) for r in records]), patch_label_batch(records)
@@ -387,7 +391,7 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ...")
     p.add_argument("--autocast", default="auto", choices=AUTOCAST_CHOICES,
-                   help="auto: bf16 autocast on CUDA and on CPUs with AMX-BF16, fp32 elsewhere (on AVX2-only CPUs "
+                   help="auto: bf16 autocast on CUDA and on CPUs with AMX-BF16 or AVX512-BF16, fp32 elsewhere (on AVX2-only CPUs "
                         "bf16 runs ~24x slower); bf16 / fp32 force it")
     p.add_argument("--probe-every", type=int, default=100, help="teacher-forced held-out probe (curves.jsonl)")
     p.add_argument("--eval-every", type=int, default=1000, help="generation accuracy (eval.jsonl)")
