@@ -199,8 +199,12 @@ def test_a_tower_only_step_trains_the_tower_projector_and_heads_on_wide_looks(te
     assert all(look in LOOKS["chart"]["train"] and look.face != "regular" and look.label_length != 1 for look in hard)
     assert len({look.face for look in hard}) == 3 and label_look(0, "ocr") is None
     assert label_look(5, "scene") == training_look(5, "scene")
-    pixels, _ = aux_images(AUX_SEED_START, 0, 4, AUX_FAMILIES, size, looks="labels")
-    assert pixels.shape[0] == 4
+    assert {label_look(seed, "chart", ("condensed",)).face for seed in range(20)} == {"condensed"}
+    with pytest.raises(ValueError, match="faces"):
+        label_look(0, "chart", ("italic",))
+    for looks in ("labels", "condensed"):
+        pixels, _ = aux_images(AUX_SEED_START, 0, 4, AUX_FAMILIES, size, looks=looks)
+        assert pixels.shape[0] == 4
     with pytest.raises(ValueError, match="looks"):
         aux_images(AUX_SEED_START, 0, 2, AUX_FAMILIES, size, looks="held_out")
 

@@ -113,12 +113,15 @@ def training_look(seed: int, family: str):
 HARD_FACES = tuple(face for face in FACES if face != "regular")
 
 
-def label_look(seed: int, family: str):
+def label_look(seed: int, family: str, faces: tuple[str, ...] = HARD_FACES):
     """A training look for the tower's label drill: for a chart, one whose labels run 2-3 letters (or as
-    long as a slot fits) in a face other than the regular one, where held-out charts' labels are misread
-    one letter wrong; a scene's is training_look's. None for ocr. Never a held-out look."""
+    long as a slot fits) in one of `faces` (by default every face but the regular one), where held-out
+    charts' labels are misread one letter wrong; a scene's is training_look's. None for ocr. Never a
+    held-out look."""
     if family != "chart":
         return training_look(seed, family)
-    hard = [look for look in LOOKS["chart"]["train"] if look.face in HARD_FACES and look.label_length != 1]
+    if not faces or set(faces) - set(FACES):
+        raise ValueError(f"faces must be some of {FACES}, got {faces!r}")
+    hard = [look for look in LOOKS["chart"]["train"] if look.face in faces and look.label_length != 1]
     return random.Random(f"label-look/{seed}").choice(hard)
 

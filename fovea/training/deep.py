@@ -74,7 +74,8 @@ class DeepTargetConfig:
     aux_images: int = 0             # extra images per step through the vision tower alone, for that loss
     aux_looks: str = "mixed"        # those images' looks (target.AUX_LOOKS): "wide" draws every chart and scene
                                     # in a training look, where "mixed" leaves half in the base look; "labels"
-                                    # puts half the charts in 2-3-letter labels in non-regular faces
+                                    # puts half the charts in 2-3-letter labels in non-regular faces,
+                                    # "condensed" in the condensed face alone
     vision_steps: int = 0           # the first steps after a (warm) start train the tower alone on aux images
     seed: int = 0
 

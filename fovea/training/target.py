@@ -320,7 +320,7 @@ def training_batch(step: int, cfg: TargetTrainConfig, tokenizer, model, focus: l
     return batch
 
 
-AUX_LOOKS = ("base", "mixed", "wide", "labels")
+AUX_LOOKS = ("base", "mixed", "wide", "labels", "condensed")
 
 
 def aux_images(start: int, step: int, n: int, families, size: int, looks: str = "base") -> tuple[torch.Tensor, dict]:
@@ -329,8 +329,9 @@ def aux_images(start: int, step: int, n: int, families, size: int, looks: str = 
     draws them; "mixed", as a training conversation's image (a training look on looks.WIDE_SHARE of
     charts and scenes, else the base); "wide", every chart and scene in a training look drawn uniformly
     (looks.training_look); "labels", as "wide" on odd seeds and on even ones a chart with 2-3-letter labels
-    in a bold, condensed or oblique face (looks.label_look). Never a held-out look."""
-    from fovea.data.looks import label_look, training_look
+    in a bold, condensed or oblique face (looks.label_look); "condensed", as "labels" in the condensed face
+    alone (the face of most held-out misreads). Never a held-out look."""
+    from fovea.data.looks import HARD_FACES, label_look, training_look
 
     if looks not in AUX_LOOKS:
         raise ValueError(f"looks must be one of {AUX_LOOKS}, got {looks!r}")
@@ -340,8 +341,10 @@ def aux_images(start: int, step: int, n: int, families, size: int, looks: str = 
             return make_conversation(seed, 1, family)
         if looks == "base":
             return make_sample(seed, family=family)
-        drill = looks == "labels" and seed % 2 == 0
-        return make_sample(seed, family=family, look=(label_look if drill else training_look)(seed, family))
+        if looks in ("labels", "condensed") and seed % 2 == 0:
+            faces = ("condensed",) if looks == "condensed" else HARD_FACES
+            return make_sample(seed, family=family, look=label_look(seed, family, faces))
+        return make_sample(seed, family=family, look=training_look(seed, family))
 
     records = [record(start + seed, families[seed % len(families)]) for seed in range(step * n, (step + 1) * n)]
     return torch.cat([image_to_pixels(r.image, size) for r in records]), patch_label_batch(records)
