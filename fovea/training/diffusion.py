@@ -30,7 +30,7 @@ from fovea.diffusion.objective import answer_canvas, diffusion_loss, mask_canvas
 from fovea.models.bundled import DEFAULT_TARGET_DIR
 from fovea.training.common import (AUTOCAST_CHOICES, Checkpointer, Timer, add_config_args, append_jsonl,
                                    bf16_autocast, config_from_args, lr_at)
-from fovea.training.target import ALL_TASKS, parse_focus, stop_on_sigterm, to_device
+from fovea.training.target import ALL_TASKS, focused_task, parse_focus, stop_on_sigterm, to_device
 
 PROBE_RATES = (0.5, 1.0)     # masking rates of the held-out probe (1.0: the whole canvas from the prompt alone)
 
@@ -65,13 +65,8 @@ def samples_batch(samples, model) -> dict:
 def step_samples(step: int, batch_size: int, focus=(), share: float = 0.0) -> list:
     """A step's samples: seeds step*B .. (step+1)*B - 1. With `focus` ([(family, task)]), each seed asks one
     of those tasks (drawn per seed) with probability `share`, else whatever make_sample draws."""
-    import random
-
-    def sample(seed: int):
-        rng = random.Random(f"diffusion-focus/{seed}")
-        return make_sample(seed, *rng.choice(focus)) if focus and rng.random() < share else make_sample(seed)
-
-    return [sample(seed) for seed in range(step * batch_size, (step + 1) * batch_size)]
+    return [make_sample(seed, *focused_task(seed, focus, share, salt="diffusion-focus"))
+            for seed in range(step * batch_size, (step + 1) * batch_size)]
 
 
 def training_batch(step: int, cfg: DiffusionTrainConfig, model, focus=(), share: float = 0.0) -> dict:
@@ -155,8 +150,8 @@ def main(argv=None) -> None:
     focus = parse_focus(args.focus_tasks)
     run = args.run_dir
     run.mkdir(parents=True, exist_ok=True)
-    canvas, continued = CanvasConfig(cfg.canvas_length, cfg.mask_token_id), continued_steps(args.init_from)
-    exported = json.loads((args.init_from / "config.json").read_text()).get("fovea_diffusion")
+    canvas = CanvasConfig(cfg.canvas_length, cfg.mask_token_id)
+    exported, continued = exported_denoiser(args.init_from)
     if exported is not None and (exported["length"], exported["mask_token_id"]) != (canvas.length, canvas.mask_token_id):
         raise SystemExit(f"--init-from {args.init_from} is a denoiser with a canvas of {exported['length']} and mask "
                          f"token {exported['mask_token_id']}: pass the same --canvas-length and --mask-token-id")
@@ -212,13 +207,14 @@ def main(argv=None) -> None:
     export(model.cpu(), args.out, cfg, step, run)
 
 
-def continued_steps(folder: Path) -> int:
-    """The steps an exported denoiser was trained for (its train_config.json), 0 for an autoregressive target."""
-    config = json.loads((folder / "config.json").read_text())
+def exported_denoiser(folder: Path) -> tuple[dict | None, int]:
+    """(the canvas settings, the steps it was trained for) of an exported denoiser (config.json's
+    "fovea_diffusion", train_config.json's "steps"); (None, 0) for an autoregressive target."""
+    settings = json.loads((folder / "config.json").read_text()).get("fovea_diffusion")
     train = folder / "train_config.json"
-    if "fovea_diffusion" not in config or not train.exists():
-        return 0
-    return int(json.loads(train.read_text()).get("steps", 0))
+    if settings is None or not train.exists():
+        return settings, 0
+    return settings, int(json.loads(train.read_text()).get("steps", 0))
 
 
 def export(model, out: Path, cfg: DiffusionTrainConfig, step: int, run_dir: Path) -> None:

@@ -302,15 +302,19 @@ def evaluate(model, tokenizer, n_per_task: int = 20, max_new_tokens: int = 96, t
     return results
 
 
-def training_batch(step: int, cfg: TargetTrainConfig, tokenizer, model, focus: list, share: float) -> dict:
-    """The deterministic batch of a step: images step*B .. (step+1)*B-1, `turns` turns each."""
+def focused_task(seed: int, focus: list, share: float, salt: str = "focus") -> tuple[str | None, str | None]:
+    """The (family, task) a training seed asks: one of `focus` (drawn per seed) with probability `share`,
+    else (None, None), whatever the generator draws. Seeded by (salt, seed) alone."""
     import random
 
-    convs = []
-    for seed in range(step * cfg.batch_size, (step + 1) * cfg.batch_size):
-        rng = random.Random(f"focus/{seed}")
-        family, task = rng.choice(focus) if focus and rng.random() < share else (None, None)
-        convs.append(make_conversation(seed, cfg.turns, family, task))
+    rng = random.Random(f"{salt}/{seed}")
+    return rng.choice(focus) if focus and rng.random() < share else (None, None)
+
+
+def training_batch(step: int, cfg: TargetTrainConfig, tokenizer, model, focus: list, share: float) -> dict:
+    """The deterministic batch of a step: images step*B .. (step+1)*B-1, `turns` turns each."""
+    convs = [make_conversation(seed, cfg.turns, *focused_task(seed, focus, share))
+             for seed in range(step * cfg.batch_size, (step + 1) * cfg.batch_size)]
     size = model.config.vision_config.image_size
     batch = pack_batch(convs, tokenizer, prompt_format(model.config), cfg.mention_weight, image_size=size,
                        stress_weight=cfg.stress_weight)
