@@ -113,7 +113,16 @@ def draft_tree(drafter: Drafter, state: DraftState, root_token: int, memory: Vis
                cfg: FoveaConfig, trace: bool = True, generator: torch.Generator | None = None,
                clock: Clock = NO_CLOCK) -> DraftTree:
     """Grow `depth` levels from the root, then prune to `total_tokens` nodes. `clock` (profiling)
-    gets a lap per stage and level; the default records nothing."""
+    gets a lap per stage and level; the default records nothing. One candidate a level (a chain)
+    takes `_draft_chain`, the same tree without the per-level tree bookkeeping."""
+    if cfg.tree.chain or cfg.tree.top_k == 1:
+        return _draft_chain(drafter, state, root_token, memory, cfg, trace, generator, clock)
+    return _draft_levels(drafter, state, root_token, memory, cfg, trace, generator, clock)
+
+
+def _draft_levels(drafter: Drafter, state: DraftState, root_token: int, memory: VisualMemory | None,
+                  cfg: FoveaConfig, trace: bool, generator: torch.Generator | None, clock: Clock) -> DraftTree:
+    """The general tree: `top_k` frontier nodes a level, each proposing `top_k` children."""
     k, depth = (1 if cfg.tree.chain else cfg.tree.top_k), cfg.tree.depth
     size = 1 + k + (depth - 1) * k * k                  # every node any level can propose
     tok = torch.empty(size, dtype=torch.long)
@@ -160,6 +169,48 @@ def draft_tree(drafter: Drafter, state: DraftState, root_token: int, memory: Vis
             h = _expand(drafter, state, tok, anc, expanded, parent[pick // k], level, clock)
         n += width
     return _select(tok, par, dep, sco, anc, n, cfg.tree.total_tokens, log, clock)
+
+
+def _draft_chain(drafter: Drafter, state: DraftState, root_token: int, memory: VisualMemory | None,
+                 cfg: FoveaConfig, trace: bool, generator: torch.Generator | None, clock: Clock) -> DraftTree:
+    """One node a level: node `level` is the top-1 child of node `level - 1`, so every node attends
+    all committed pairs and every earlier chain slot (the mask is all ones) and the ancestor matrix is
+    lower triangular, built once. The same tree, scores and stop rule as `_draft_levels` with one
+    candidate a level, in fewer ops a level (tests/test_draft_chain.py)."""
+    depth = cfg.tree.depth
+    tok = torch.empty(depth + 1, dtype=torch.long)
+    sco = torch.zeros(depth + 1)
+    tok[0] = root_token
+    log = RetrievalLog() if trace else None
+    h = state.root_h[None]                                              # [1, D]
+    ones = torch.ones(1, 1, 1, state.length + depth, dtype=torch.bool)  # the chain's mask, sliced per level
+    stop = math.log(cfg.tree.stop_below) if cfg.tree.stop_below > 0 else None
+    n = 1
+    clock.lap("draft/setup", 0)
+    for level in range(1, depth + 1):
+        logits, got, gate, pre = drafter.head_with_state(h, level - 1, memory, cfg.correction, cfg.retrieval,
+                                                         generator, clock=clock, level=level)
+        if log is not None and got is not None:
+            rows = slice(None) if got.rows is None else got.rows
+            log.add(torch.tensor([level - 1])[rows], got, gate, logits[rows], h[rows], drafter.logits)
+        top_lp, top_tok = torch.log_softmax(logits, -1).topk(1, dim=-1)         # [1, 1]
+        clock.lap("draft/head", level)
+        tok[level:level + 1] = top_tok[0]
+        sco[level:level + 1] = sco[level - 1] + top_lp[0]
+        n = level + 1
+        clock.lap("draft/tree", level)
+        if level == depth or (stop is not None and float(sco[level]) < stop):
+            break
+        parent = pre if cfg.correction.propagate else h
+        pos = state.next_pos - 1 + level
+        h, _ = drafter.step(tok[level:level + 1][None], parent[None], torch.full((1, 1), pos),
+                            ones[..., :state.length + level], buffers=state.buffers,
+                            at=state.length + level - 1, max_pos=pos)
+        h = h[0]
+        clock.lap("draft/blocks", level)
+    anc = torch.ones(n, n, dtype=torch.bool).tril()
+    par = torch.arange(-1, n - 1)
+    return _select(tok, par, torch.arange(n), sco, anc, n, cfg.tree.total_tokens, log, clock)
 
 
 def _expand(drafter: Drafter, state: DraftState, tok: torch.Tensor, anc: torch.Tensor, expanded: torch.Tensor,
