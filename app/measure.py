@@ -54,8 +54,10 @@ def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 240) -> flo
     raise TimeoutError("the app did not start")
 
 
-def _bench_reference(family: str) -> dict | None:
-    path = ROOT / "assets" / "results" / "bench" / "results.json"
+BENCH = ROOT / "assets" / "results" / "bench" / "results.json"
+
+
+def _bench_reference(family: str, path: Path = BENCH) -> dict | None:
     if not path.is_file():
         return None
     method = BENCH_METHODS[0]
@@ -63,17 +65,26 @@ def _bench_reference(family: str) -> dict | None:
     return None if row is None else {"family": family, "method": method,
                                      "speedup_median_per_question": row["speedup_median_per_question"],
                                      "speedup_ratio_of_medians": row["speedup_ratio_of_medians"],
-                                     "source": "assets/results/bench/results.json"}
+                                     "source": _shown(path)}
 
 
-def measure(n: int, example: int) -> dict:
+def _shown(path: Path) -> str:
+    path = Path(path).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def measure(n: int, example: int, target: str | None = None, drafter: str | None = None,
+            bench: Path = BENCH) -> dict:
+    """`target` / `drafter`: the app's --target / --drafter (None: the bundled pair); `bench`: the
+    committed bench results of that pair, the app's reference."""
     from gradio_client import Client, handle_file
 
     rows = json.loads((ROOT / "assets" / "examples" / "examples.json").read_text())
     pick = rows[example]
     port = _free_port()
     url = f"http://127.0.0.1:{port}/"
-    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=ROOT,
+    models = [*(["--target", str(target)] if target else []), *(["--drafter", str(drafter)] if drafter else [])]
+    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port), *models], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ))
     try:
         start_s = _wait_ready(url, proc)
@@ -96,10 +107,15 @@ def measure(n: int, example: int) -> dict:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    return _summarise(requests, pick, start_s, _bench_same_input(pick, repeats=3 * n))
+    same_input = _bench_same_input(pick, repeats=3 * n, target=target, drafter=drafter)
+    result = _summarise(requests, pick, start_s, same_input, bench)
+    if target or drafter:
+        result["command"] += "".join(f" --{k} {v}" for k, v in (("target", target), ("drafter", drafter)) if v)
+        result["command"] += f" --bench {_shown(bench)}"
+    return result
 
 
-def _bench_same_input(pick: dict, repeats: int) -> dict:
+def _bench_same_input(pick: dict, repeats: int, target: str | None = None, drafter: str | None = None) -> dict:
     """The bench's timing (fovea.bench.runner.run_speed: direct decodes on this thread, methods
     interleaved with the order rotated) of the same input, right after the app has stopped: the
     machine-state-matched reference for the app's headline."""
@@ -111,7 +127,7 @@ def _bench_same_input(pick: dict, repeats: int) -> dict:
     from fovea.bench.stats import summarise
     from fovea.pipeline import FoveaPipeline
 
-    pipe = FoveaPipeline.from_pretrained()
+    pipe = FoveaPipeline.from_pretrained(target, drafter)
     image = Image.open(ROOT / "assets" / "examples" / pick["image"])
     sample = SimpleNamespace(image=image, question=pick["question"], family=pick["family"], task=pick["task"])
     fovea, twin = BENCH_METHODS
@@ -124,10 +140,10 @@ def _bench_same_input(pick: dict, repeats: int) -> dict:
             "lossless": row[fovea]["lossless"] and row[twin]["lossless"]}
 
 
-def _summarise(requests: list[dict], pick: dict, start_s: float, same_input: dict) -> dict:
+def _summarise(requests: list[dict], pick: dict, start_s: float, same_input: dict, bench_path: Path = BENCH) -> dict:
     medians = [r["speedup_median"] for r in requests]
     later = statistics.median(medians[1:]) if len(medians) > 1 else None
-    bench = _bench_reference(pick["family"])
+    bench = _bench_reference(pick["family"], bench_path)
     app_median = statistics.median(medians)
     return {"date": datetime.date.today().isoformat(), "command": "python -m app.measure",
             "input": {k: pick[k] for k in ("image", "question", "family", "task")},
@@ -151,8 +167,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--n", type=int, default=10)
     p.add_argument("--example", type=int, default=1, help="index into assets/examples/examples.json")
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--target", help="the app's --target (default: the bundled target)")
+    p.add_argument("--drafter", help="the app's --drafter, with its drafter set beside it (default: the bundled)")
+    p.add_argument("--bench", type=Path, default=BENCH,
+                   help="the committed bench results of that pair (the reference); default: the bundled pair's")
     args = p.parse_args(argv)
-    result = measure(args.n, args.example)
+    if not args.bench.is_file():
+        p.error(f"--bench {args.bench}: no such results file (python -m fovea.bench --out <dir> writes one)")
+    for flag in ("target", "drafter"):
+        value = getattr(args, flag)
+        if value and not Path(value).is_dir():
+            p.error(f"--{flag} {value}: not a model folder")
+    result = measure(args.n, args.example, args.target, args.drafter, args.bench)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["headline"]), result["app_median_over_bench"], result["app_median_over_bench_same_input_now"])
 

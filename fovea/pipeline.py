@@ -103,28 +103,46 @@ class FoveaPipeline:
     def from_pretrained(cls, target=None, drafter=None, baseline_drafter=None) -> "FoveaPipeline":
         """A target (bundled, LLaVA-1.5, LLaVA-NeXT or Qwen2.5-VL folder or Hub id, see
         `fovea.backbones.load_backbone`) and drafter(s); None = the committed bundled assets.
-        `baseline_drafter` is the no-correction twin (default: the full context's, `fovea.methods.FULL`,
-        with the committed default target); that target also loads every other context's pair that is built."""
+        `baseline_drafter` is the no-correction twin. The other drafters (the twin, every other
+        context's pair, `fovea.methods.CONTEXTS`) come from the FOVEA drafter's *set*: the folder that
+        holds it, laid out as assets/ is (drafter, drafter_nocorr, drafter_text, ...). The committed set
+        belongs to the committed default target; another set's drafters load where they were trained
+        for the loaded target (e.g. `python -m fovea.train rebuild --assets <set>`)."""
         from fovea.backbones import load_backbone
+        from fovea.checkpoints import target_fingerprint
 
         target_ref = target or os.environ.get("FOVEA_TARGET")
         if target_ref:
             check_target_reference(target_ref)
         tgt = load_backbone(target_ref) if target_ref else bundled.load_target(bundled.DEFAULT_TARGET_DIR)
-        drafters = {FULL.fovea: Drafter.from_pretrained(drafter or os.environ.get("FOVEA_DRAFTER")
-                                                        or bundled.ASSETS / FULL.folders[0])}
-        # the committed baseline and text-context drafters belong to the committed default target only
+        fovea_dir = Path(drafter or os.environ.get("FOVEA_DRAFTER") or bundled.ASSETS / FULL.folders[0])
+        drafters = {FULL.fovea: Drafter.from_pretrained(fovea_dir)}
         default_target = isinstance(tgt, bundled.BundledTarget) and (
             not target_ref or Path(target_ref).resolve() == Path(bundled.DEFAULT_TARGET_DIR).resolve())
-        default_base = bundled.ASSETS / FULL.folders[1] if default_target else None
-        base_dir = Path(baseline_drafter) if baseline_drafter else default_base
+        set_dir = fovea_dir.parent if fovea_dir.is_dir() else None
+        if set_dir is not None and set_dir.resolve() == bundled.ASSETS.resolve():
+            set_dir = None
+        fingerprint = target_fingerprint(tgt) if set_dir is not None else None
+
+        def sibling(folder: str) -> Path | None:
+            """`folder` of the drafter set, where it is built for this target."""
+            if set_dir is not None:
+                path = set_dir / folder
+                if (path / "config.json").exists() and _trained_for(path) == fingerprint:
+                    return path
+                return None
+            path = bundled.ASSETS / folder      # the committed set: the committed default target's
+            return path if default_target and (path / "config.json").exists() else None
+
+        base_dir = Path(baseline_drafter) if baseline_drafter else sibling(FULL.folders[1])
         if base_dir is not None and base_dir.exists():
             drafters[FULL.twin] = Drafter.from_pretrained(base_dir)
-        if default_target:   # every other drafter context's pair, where built (fovea.methods.CONTEXTS)
-            for context in CONTEXTS.values():
-                for name, folder in context.drafter_folders.items():
-                    if context is not FULL and (bundled.ASSETS / folder / "config.json").exists():
-                        drafters[name] = Drafter.from_pretrained(bundled.ASSETS / folder)
+        for context in CONTEXTS.values():      # every other drafter context's pair, where built
+            if context is FULL:
+                continue
+            for name, folder in context.drafter_folders.items():
+                if (path := sibling(folder)) is not None:
+                    drafters[name] = Drafter.from_pretrained(path)
         return cls(tgt, drafters)
 
     @classmethod
@@ -223,3 +241,13 @@ class FoveaPipeline:
             raise InputError(f"Unknown example family {family!r}; choose one of {', '.join(FAMILIES)}.")
         s = make_sample(seed, family=family)
         return s.image, s.question
+
+
+def _trained_for(folder: Path) -> str | None:
+    """The target fingerprint a saved drafter folder records (None where it records none)."""
+    import json
+
+    try:
+        return json.loads((folder / "config.json").read_text()).get("target_fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return None

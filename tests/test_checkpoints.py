@@ -173,3 +173,24 @@ def test_a_drafter_remembers_its_target_and_warns_on_another_of_the_same_shape(t
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         FoveaPipeline(other, {"fovea": Drafter.from_pretrained(tmp_path / "d")})
+
+
+@needs_assets
+def test_a_drafter_set_beside_the_drafter_loads_where_built_for_the_target(tmp_path):
+    """`from_pretrained(target, drafter)` takes the twin and the other contexts' pair from the folder that
+    holds the drafter (a `rebuild --assets` set), each only where it was trained for the loaded target."""
+    for name in ("drafter", "drafter_nocorr", "drafter_text", "drafter_text_nocorr"):
+        copy(bundled.ASSETS / name, tmp_path / name)
+    other = tmp_path / "drafter_text_nocorr" / "config.json"
+    meta = json.loads(other.read_text())
+    meta["target_fingerprint"] = "0000000000000000"          # trained for some other target
+    other.write_text(json.dumps(meta))
+    pipe = FoveaPipeline.from_pretrained(target=TARGET_DIR, drafter=tmp_path / "drafter")
+    assert sorted(pipe.drafters) == ["fovea", "fovea_text", "no_correction"]
+    assert {d.source for d in pipe.drafters.values()} == {str(tmp_path / n) for n in
+                                                          ("drafter", "drafter_nocorr", "drafter_text")}
+    alone = tmp_path / "alone"
+    copy(bundled.ASSETS / "drafter", alone / "drafter")       # a set of one: no twin to race
+    assert sorted(FoveaPipeline.from_pretrained(target=TARGET_DIR, drafter=alone / "drafter").drafters) == ["fovea"]
+    assert {d.source for d in FoveaPipeline.from_pretrained().drafters.values()} == {
+        str(bundled.ASSETS / n) for n in ("drafter", "drafter_nocorr", "drafter_text", "drafter_text_nocorr")}

@@ -62,3 +62,15 @@ def test_the_examples_command_parses_its_folder_and_looks_flag(capsys):
     with pytest.raises(SystemExit) as done:
         main(["examples", "--help"])
     assert done.value.code == 0 and "--looks" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--bench", "no/such/results.json"], "--bench no/such/results.json: no such results file"),
+    (["--target", "no/such/target"], "--target no/such/target: not a model folder"),
+])
+def test_app_measure_names_a_bad_reference_before_starting_the_app(argv, expected, capsys):
+    from app import measure
+
+    with pytest.raises(SystemExit):
+        measure.main(argv)
+    assert expected in capsys.readouterr().err
