@@ -125,6 +125,9 @@ def test_profile_splits_rounds_and_writes_cost_curves(tmp_path):
     assert data["profile"]["rounds"] > 0 and set(data["profile"]["per_round_ms"]) >= {"verify", "commit/drafter"}
     md = (tmp_path / "profile.md").read_text()
     assert "Cost curves" in md and "With a free drafter" in md and "torch.compile" not in md and "nan" not in md
+    chain = curves["chain_proposal_ms"]
+    assert chain["levels"] == 16 and chain["chain_path"] > 0 and chain["level_loop"] > 0
+    assert "16-level chain proposal" in md
 
 
 def test_cost_split_times_each_fovea_setting_beside_its_twin_and_bounds_a_free_correction(tmp_path):

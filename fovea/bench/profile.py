@@ -25,13 +25,14 @@ import torch
 from fovea.candidates import TreeDrafter
 from fovea.config import FoveaConfig
 from fovea.decoding import run
-from fovea.draft import extend
+from fovea.draft import _draft_chain, _draft_levels, extend
 from fovea.methods import CONTEXTS, FULL
-from fovea.profile import Clock, interleaved_order
+from fovea.profile import NO_CLOCK, Clock, interleaved_order
 from fovea.tree import ancestors_of
 
 CURVE_NODES = (1, 2, 4, 8, 16, 32)
 CURVE_WIDTHS = (1, 2, 4, 8)
+CHAIN_LEVELS = 16          # the chain proposal timed both ways (`cost_curves`)
 
 DRAFT_STAGES = ("draft/blocks", "draft/head", "draft/trigger", "draft/retrieval", "draft/correction", "draft/tree")
 # commit/target: the target cache keeps root + accepted path; commit/drafter: the drafter caches the new pairs
@@ -216,17 +217,29 @@ def cost_curves(pipe, sample, drafter: str = FULL.fovea, repeats: int = 40, node
         model.step(tokens[max(nodes)][:w][None], feats[w], torch.full((1, w), dstate.next_pos), masks[w],
                    buffers=dstate.buffers, at=dstate.length, max_pos=dstate.next_pos)
 
+    # a CHAIN_LEVELS-level chain proposal (no correction, no early stop) through the general level loop
+    # and through the chain path (`fovea.draft._draft_chain`): the per-level tree bookkeeping it skips
+    chain_cfg = FoveaConfig().replace(tree=dict(depth=CHAIN_LEVELS, top_k=1, total_tokens=CHAIN_LEVELS, stop_below=0.0),
+                                      correction=dict(enabled=False))
+    paths = {"level_loop": _draft_levels, "chain_path": _draft_chain}
+    root = int(first)
+
     verify_ms = {n: [] for n in nodes}
     draft_ms = {w: [] for w in widths}
-    for _ in range(repeats):                         # interleaved: drift hits every size alike
+    chain_ms = {name: [] for name in paths}
+    for r in range(repeats):                         # interleaved: drift hits every size alike
         for n in nodes:
             verify_ms[n].append(_call_ms(lambda: verify(n)))
         for w in widths:
             draft_ms[w].append(_call_ms(lambda: draft(w)))
+        for name in (list(paths) if r % 2 else list(paths)[::-1]):
+            chain_ms[name].append(_call_ms(lambda: paths[name](model, dstate, root, None, chain_cfg, False, None,
+                                                               NO_CLOCK)))
     verify_med = {str(n): statistics.median(v) for n, v in verify_ms.items()}
     return {"context_tokens": state.length, "target_forward_ms": verify_med,
             "drafter_step_ms": {str(w): statistics.median(v) for w, v in draft_ms.items()},
-            "target_forward_in_steps": {n: v / verify_med["1"] for n, v in verify_med.items()}}
+            "target_forward_in_steps": {n: v / verify_med["1"] for n, v in verify_med.items()},
+            "chain_proposal_ms": {"levels": CHAIN_LEVELS, **{k: statistics.median(v) for k, v in chain_ms.items()}}}
 
 
 def compile_check(pipe, drafter: str = FULL.fovea, width: int = 2, context: int = 200, repeats: int = 300) -> dict:
@@ -343,6 +356,10 @@ def curves_markdown(c: dict, p: dict, meta: dict) -> list[str]:
              "| ms | " + " | ".join(f"{v:.3f}" for v in c["drafter_step_ms"].values()) + " |",
              "| in one-token target steps | " + " | ".join(f"{v / step:.2f}" for v in c["drafter_step_ms"].values())
              + " |"]
+    if "chain_proposal_ms" in c:
+        ch = c["chain_proposal_ms"]
+        lines += ["", f"A {ch['levels']}-level chain proposal (no correction): {ch['chain_path']:.2f} ms through the "
+                      f"chain path, {ch['level_loop']:.2f} ms through the general level loop."]
     r = p["per_round_ms"]
     verify_commit = r["verify"] + r["commit/target"] + r["commit/drafter"]
     ar = p["autoregressive_ms_per_token"]
