@@ -105,7 +105,7 @@ class FoveaPipeline:
         `fovea.backbones.load_backbone`) and drafter(s); None = the committed bundled assets.
         `baseline_drafter` is the no-correction twin. The other drafters (the twin, every other
         context's pair, `fovea.methods.CONTEXTS`) come from the FOVEA drafter's *set*: the folder that
-        holds it, laid out as assets/ is (drafter, drafter_nocorr, drafter_text, ...). The committed set
+        holds it, laid out as assets/ is (the folders of `fovea.methods.CONTEXTS`). The committed set
         belongs to the committed default target; another set's drafters load where they were trained
         for the loaded target (e.g. `python -m fovea.train rebuild --assets <set>`)."""
         from fovea.backbones import load_backbone
