@@ -139,13 +139,7 @@ def _draft_levels(drafter: Drafter, state: DraftState, root_token: int, memory: 
     stop = math.log(cfg.tree.stop_below) if cfg.tree.stop_below > 0 else None
     clock.lap("draft/setup", 0)
     for level in range(1, depth + 1):
-        logits, got, gate, pre = drafter.head_with_state(h, level - 1, memory, cfg.correction, cfg.retrieval,
-                                                         generator, clock=clock, level=level)
-        if log is not None and got is not None:
-            # references only: the uncorrected head runs when the trace is read, not here
-            # (with correction.trigger only the rows got.rows were corrected)
-            rows = slice(None) if got.rows is None else got.rows
-            log.add(front[rows], got, gate, logits[rows], h[rows], drafter.logits)
+        logits, pre = _head(drafter, h, front, level, memory, cfg, generator, clock, log)
         top_lp, top_tok = torch.log_softmax(logits, -1).topk(k, dim=-1)        # [F, k]
         clock.lap("draft/head", level)
         width = front.shape[0] * k
@@ -171,6 +165,21 @@ def _draft_levels(drafter: Drafter, state: DraftState, root_token: int, memory: 
     return _select(tok, par, dep, sco, anc, n, cfg.tree.total_tokens, log, clock)
 
 
+def _head(drafter: Drafter, h: torch.Tensor, nodes: torch.Tensor, level: int, memory: VisualMemory | None,
+          cfg: FoveaConfig, generator: torch.Generator | None, clock: Clock,
+          log: RetrievalLog | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The head over a level's draft states h [F, D] (tree nodes `nodes` [F], depth level - 1), its
+    retrieval added to `log` -> (logits [F, V], the LM head's input [F, D])."""
+    logits, got, gate, pre = drafter.head_with_state(h, level - 1, memory, cfg.correction, cfg.retrieval,
+                                                     generator, clock=clock, level=level)
+    if log is not None and got is not None:
+        # references only: the uncorrected head runs when the trace is read, not here
+        # (with correction.trigger only the rows got.rows were corrected)
+        rows = slice(None) if got.rows is None else got.rows
+        log.add(nodes[rows], got, gate, logits[rows], h[rows], drafter.logits)
+    return logits, pre
+
+
 def _draft_chain(drafter: Drafter, state: DraftState, root_token: int, memory: VisualMemory | None,
                  cfg: FoveaConfig, trace: bool, generator: torch.Generator | None, clock: Clock) -> DraftTree:
     """One node a level: node `level` is the top-1 child of node `level - 1`, so every node attends
@@ -188,11 +197,7 @@ def _draft_chain(drafter: Drafter, state: DraftState, root_token: int, memory: V
     n = 1
     clock.lap("draft/setup", 0)
     for level in range(1, depth + 1):
-        logits, got, gate, pre = drafter.head_with_state(h, level - 1, memory, cfg.correction, cfg.retrieval,
-                                                         generator, clock=clock, level=level)
-        if log is not None and got is not None:
-            rows = slice(None) if got.rows is None else got.rows
-            log.add(torch.tensor([level - 1])[rows], got, gate, logits[rows], h[rows], drafter.logits)
+        logits, pre = _head(drafter, h, torch.tensor([level - 1]), level, memory, cfg, generator, clock, log)
         top_lp, top_tok = torch.log_softmax(logits, -1).topk(1, dim=-1)         # [1, 1]
         clock.lap("draft/head", level)
         tok[level:level + 1] = top_tok[0]

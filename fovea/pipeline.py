@@ -124,25 +124,29 @@ class FoveaPipeline:
             set_dir = None
         fingerprint = target_fingerprint(tgt) if set_dir is not None else None
 
-        def sibling(folder: str) -> Path | None:
-            """`folder` of the drafter set, where it is built for this target."""
-            if set_dir is not None:
-                path = set_dir / folder
-                if (path / "config.json").exists() and _trained_for(path) == fingerprint:
-                    return path
+        def sibling(folder: str, built: str = "config.json") -> Drafter | None:
+            """The set's drafter in `folder`, where it is built and trained for this target. In the committed
+            set a folder counts as built where `built` exists in it (the twin: the folder itself)."""
+            if set_dir is None:                 # the committed set: the committed default target's
+                path = bundled.ASSETS / folder
+                return Drafter.from_pretrained(path) if default_target and (path / built).exists() else None
+            path = set_dir / folder
+            if not (path / "config.json").exists():
                 return None
-            path = bundled.ASSETS / folder      # the committed set: the committed default target's
-            return path if default_target and (path / "config.json").exists() else None
+            model = Drafter.from_pretrained(path)
+            return model if model.trained_for == fingerprint else None
 
-        base_dir = Path(baseline_drafter) if baseline_drafter else sibling(FULL.folders[1])
-        if base_dir is not None and base_dir.exists():
-            drafters[FULL.twin] = Drafter.from_pretrained(base_dir)
+        if baseline_drafter:
+            if Path(baseline_drafter).exists():
+                drafters[FULL.twin] = Drafter.from_pretrained(baseline_drafter)
+        elif (twin := sibling(FULL.folders[1], built="")) is not None:
+            drafters[FULL.twin] = twin
         for context in CONTEXTS.values():      # every other drafter context's pair, where built
             if context is FULL:
                 continue
             for name, folder in context.drafter_folders.items():
-                if (path := sibling(folder)) is not None:
-                    drafters[name] = Drafter.from_pretrained(path)
+                if (model := sibling(folder)) is not None:
+                    drafters[name] = model
         return cls(tgt, drafters)
 
     @classmethod
@@ -242,12 +246,3 @@ class FoveaPipeline:
         s = make_sample(seed, family=family)
         return s.image, s.question
 
-
-def _trained_for(folder: Path) -> str | None:
-    """The target fingerprint a saved drafter folder records (None where it records none)."""
-    import json
-
-    try:
-        return json.loads((folder / "config.json").read_text()).get("target_fingerprint")
-    except (OSError, ValueError, AttributeError):
-        return None
