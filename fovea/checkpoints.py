@@ -115,6 +115,38 @@ def target_fingerprint(target) -> str:
     return hashlib.sha256(head.numpy().tobytes()).hexdigest()[:16]
 
 
+def decoder_fingerprint(target) -> str | None:
+    """16 hex digits naming the decoder a drafter reads: its depth, its final norm (the LM head's input,
+    the drafter's feature) and its LM head, in float16. target_fingerprint hashes the head alone, and a
+    deeper target trained with the head frozen (target v3 from step 54,200) kept it. None where the
+    backbone has no `get_decoder().norm` and `.layers` to read."""
+    import torch
+
+    recorded = getattr(target, "decoder_fingerprint", None)   # a dump's head (fovea.training.dumps.DumpHead)
+    if isinstance(recorded, str):
+        return recorded
+    model = getattr(target, "model", None)
+    try:
+        decoder = model.get_decoder()
+        norm, layers = decoder.norm.weight, decoder.layers
+    except (AttributeError, TypeError):
+        return None
+    digest = hashlib.sha256(f"layers={len(layers)};".encode())
+    for weight in (norm, target.lm_head_weight):
+        digest.update(weight.detach().to("cpu", dtype=torch.float16).contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def trained_for_target(drafter, target) -> bool | None:
+    """Whether a saved drafter was trained with this target: by the decoder fingerprint where the drafter
+    recorded one, else by the LM-head fingerprint (drafters saved before it); None where it recorded neither."""
+    decoder = getattr(drafter, "trained_for_decoder", None)
+    if decoder:
+        return decoder == decoder_fingerprint(target)
+    head = getattr(drafter, "trained_for", None)
+    return head == target_fingerprint(target) if head else None
+
+
 def check_drafter_fits_target(drafter, target, name: str = "drafter") -> None:
     """A drafter shares the target's embedding, LM head and hidden space, so its hidden size,
     vocabulary and memory width (the target's projected visual tokens) must all be the target's.
@@ -125,10 +157,11 @@ def check_drafter_fits_target(drafter, target, name: str = "drafter") -> None:
     where = f" at {source}" if source else ""
     if (cfg.hidden_size, cfg.vocab_size, cfg.memory_dim) == (target.hidden_size, target.vocab_size,
                                                                 target.hidden_size):
-        trained_for = getattr(drafter, "trained_for", None)
-        this = target_fingerprint(target) if trained_for else None
-        if trained_for and trained_for != this:
-            warnings.warn(f"The drafter {name!r}{where} was trained with another target (fingerprint {trained_for}, "
+        if trained_for_target(drafter, target) is False:
+            by_decoder = bool(getattr(drafter, "trained_for_decoder", None))
+            recorded = drafter.trained_for_decoder if by_decoder else drafter.trained_for
+            this = decoder_fingerprint(target) if by_decoder else target_fingerprint(target)
+            warnings.warn(f"The drafter {name!r}{where} was trained with another target (fingerprint {recorded}, "
                           f"this one is {this}): answers stay exactly the target's, but "
                           f"fewer draft tokens will be accepted; retrain it for this target with "
                           f"{RETRAIN_DRAFTER}.", TargetMismatchWarning, stacklevel=2)

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from fovea import fused
-from fovea.checkpoints import target_fingerprint
+from fovea.checkpoints import decoder_fingerprint, target_fingerprint
 from fovea.config import CorrectionConfig, DrafterConfig, RetrievalConfig, from_dict
 from fovea.correction import GatedCorrection
 from fovea.layers import DecoderBlock, KVBuffer, RMSNorm, rotary, rotary_table
@@ -46,6 +46,8 @@ class Drafter(nn.Module):
         self.lm_head_weight: torch.Tensor | None = None
         self.trained_for: str | None = None   # fingerprint of the target a saved drafter was trained with
         self.bound_to: str | None = None      # fingerprint of the target it is bound to now
+        self.trained_for_decoder: str | None = None  # the same by checkpoints.decoder_fingerprint (depth, norm, head)
+        self.bound_to_decoder: str | None = None
 
     # ---- binding and persistence -------------------------------------------------------------
     def bind(self, target) -> "Drafter":
@@ -59,6 +61,7 @@ class Drafter(nn.Module):
         self.embed_weight = target.embed_weight.detach().float()
         self.lm_head_weight = target.lm_head_weight.detach().to(device).float()
         self.bound_to = target_fingerprint(target)
+        self.bound_to_decoder = decoder_fingerprint(target)
         return self
 
     @property
@@ -73,7 +76,8 @@ class Drafter(nn.Module):
         save_file({k: v.detach().to(dtype).contiguous() for k, v in self.state_dict().items()},
                   str(folder / "model.safetensors"))
         meta = {"drafter": asdict(self.cfg), "correction": asdict(self.correction_cfg), "key_dim": self.key_dim,
-                "target_fingerprint": self.bound_to or self.trained_for}
+                "target_fingerprint": self.bound_to or self.trained_for,
+                "target_decoder_fingerprint": self.bound_to_decoder or self.trained_for_decoder}
         (folder / "config.json").write_text(json.dumps(meta, indent=2))
 
     @classmethod
@@ -101,6 +105,7 @@ class Drafter(nn.Module):
         model.load_state_dict(state)
         model.source = str(folder)      # named in messages about this drafter (e.g. a target mismatch)
         model.trained_for = meta.get("target_fingerprint")
+        model.trained_for_decoder = meta.get("target_decoder_fingerprint")
         return model.eval()
 
     # ---- the two calls the decode loop makes ------------------------------------------------

@@ -109,7 +109,7 @@ class FoveaPipeline:
         belongs to the committed default target; another set's drafters load where they were trained
         for the loaded target (e.g. `python -m fovea.train rebuild --assets <set>`)."""
         from fovea.backbones import load_backbone
-        from fovea.checkpoints import target_fingerprint
+        from fovea.checkpoints import trained_for_target
 
         target_ref = target or os.environ.get("FOVEA_TARGET")
         if target_ref:
@@ -122,7 +122,6 @@ class FoveaPipeline:
         set_dir = fovea_dir.parent if fovea_dir.is_dir() else None
         if set_dir is not None and set_dir.resolve() == bundled.ASSETS.resolve():
             set_dir = None
-        fingerprint = target_fingerprint(tgt) if set_dir is not None else None
 
         def sibling(folder: str, built: str = "config.json") -> Drafter | None:
             """The set's drafter in `folder`, where it is built and trained for this target. In the committed
@@ -134,7 +133,7 @@ class FoveaPipeline:
             if not (path / "config.json").exists():
                 return None
             model = Drafter.from_pretrained(path)
-            return model if model.trained_for == fingerprint else None
+            return model if trained_for_target(model, tgt) else None
 
         if baseline_drafter:
             if Path(baseline_drafter).exists():

@@ -23,6 +23,8 @@ dump-size - a dump's measured size per sample beside the formula's for 7B-class 
             (fovea.training.dump_size)
 diagnose  - why a target's lookups fail, teacher-forced on held-out questions (fovea.training.diagnose)
 curves    - a target run's training curves as one PNG (fovea.training.curves)
+glyph-slots - whether a target's visual tokens carry both glyphs of a shared patch, by a fresh linear probe
+            (fovea.training.glyph_slots)
 Those that train are seeded, resumable from their --run-dir, show tqdm progress, and write checkpoints,
 a config and metrics. Each module run on its own (`python -m fovea.training.records`, ...) runs the same.
 """
@@ -39,7 +41,7 @@ COMMANDS = {
     "fit": "fovea.training.dump_train", "accept": "fovea.training.acceptance",
     "diffusion": "fovea.training.diffusion", "online": "fovea.training.accelerate_train",
     "records": "fovea.training.records", "dump-size": "fovea.training.dump_size", "diagnose": "fovea.training.diagnose",
-    "curves": "fovea.training.curves",
+    "curves": "fovea.training.curves", "glyph-slots": "fovea.training.glyph_slots",
 }
 
 

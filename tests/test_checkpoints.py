@@ -168,11 +168,58 @@ def test_a_drafter_remembers_its_target_and_warns_on_another_of_the_same_shape(t
     with pytest.warns(TargetMismatchWarning, match="was trained with another target .* answers stay exactly"):
         FoveaPipeline(other, {"fovea": Drafter.from_pretrained(tmp_path / "d")})
     legacy = json.loads((tmp_path / "d" / "config.json").read_text())
-    del legacy["target_fingerprint"]                                  # drafters saved before fingerprints
+    del legacy["target_fingerprint"], legacy["target_decoder_fingerprint"]  # drafters saved before fingerprints
     (tmp_path / "d" / "config.json").write_text(json.dumps(legacy))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         FoveaPipeline(other, {"fovea": Drafter.from_pretrained(tmp_path / "d")})
+
+
+def test_a_target_that_kept_the_lm_head_but_changed_the_decoder_is_another_target(tiny_pipeline, tmp_path):
+    """Target v3 kept step 54,200's LM head frozen, so the head fingerprint named both; the decoder
+    fingerprint (depth, final norm, head) tells them apart, and drafters saved before it still load."""
+    import warnings
+
+    import torch
+
+    from fovea.checkpoints import TargetMismatchWarning, decoder_fingerprint, target_fingerprint, trained_for_target
+
+    target = tiny_pipeline.target
+    tiny_pipeline.drafters["fovea"].save_pretrained(tmp_path / "d")
+    saved = json.loads((tmp_path / "d" / "config.json").read_text())
+    assert saved["target_decoder_fingerprint"] == decoder_fingerprint(target)
+    other = FoveaPipeline.tiny_random(seed=1).target
+    with torch.no_grad():
+        other.lm_head_weight.copy_(target.lm_head_weight)            # the head kept, as v3 kept 54,200's
+        other.model.get_decoder().norm.weight.mul_(1.5)              # the rest trained on
+    assert target_fingerprint(other) == target_fingerprint(target)
+    assert decoder_fingerprint(other) != decoder_fingerprint(target)
+    reloaded = Drafter.from_pretrained(tmp_path / "d")
+    assert trained_for_target(reloaded, target) is True and trained_for_target(reloaded, other) is False
+    with pytest.warns(TargetMismatchWarning, match="was trained with another target"):
+        FoveaPipeline(other, {"fovea": reloaded})
+    del saved["target_decoder_fingerprint"]                          # saved before the decoder fingerprint:
+    (tmp_path / "d" / "config.json").write_text(json.dumps(saved))    # the head decides, as it did
+    legacy = Drafter.from_pretrained(tmp_path / "d")
+    assert trained_for_target(legacy, other) is True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        FoveaPipeline(other, {"fovea": legacy})
+
+
+@needs_assets
+def test_the_committed_drafters_name_their_target_and_not_the_deep_candidate():
+    from fovea.checkpoints import trained_for_target
+
+    deep = bundled.ASSETS.parent / "candidates" / "target_v3_drill"
+    if not (deep / "model.safetensors").exists():
+        pytest.skip("no deep candidate target in this checkout")
+    shipped, v3 = bundled.load_target(TARGET_DIR), bundled.load_target(deep)
+    for name in ("drafter", "drafter_nocorr", "drafter_text", "drafter_text_nocorr"):
+        d = Drafter.from_pretrained(bundled.ASSETS / name)
+        assert trained_for_target(d, shipped) is True and trained_for_target(d, v3) is False, name
+        rebuilt = Drafter.from_pretrained(deep.parent / "drafters_v4" / name)
+        assert trained_for_target(rebuilt, v3) is True and trained_for_target(rebuilt, shipped) is False, name
 
 
 @needs_assets
@@ -183,7 +230,7 @@ def test_a_drafter_set_beside_the_drafter_loads_where_built_for_the_target(tmp_p
         copy(bundled.ASSETS / name, tmp_path / name)
     other = tmp_path / "drafter_text_nocorr" / "config.json"
     meta = json.loads(other.read_text())
-    meta["target_fingerprint"] = "0000000000000000"          # trained for some other target
+    meta["target_fingerprint"] = meta["target_decoder_fingerprint"] = "0000000000000000"  # another target's
     other.write_text(json.dumps(meta))
     pipe = FoveaPipeline.from_pretrained(target=TARGET_DIR, drafter=tmp_path / "drafter")
     assert sorted(pipe.drafters) == ["fovea", "fovea_text", "no_correction"]

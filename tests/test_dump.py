@@ -29,6 +29,10 @@ def test_a_dump_holds_what_the_losses_read_and_its_size_is_the_formula(build, tm
     dump(target, cfg, "tiny", progress=False)
     head, data = DumpHead(tmp_path / "d"), DumpDataset(tmp_path / "d")
     assert len(data) == 4 and head.hidden_size == target.hidden_size
+    from fovea.checkpoints import decoder_fingerprint
+    from fovea.drafter import Drafter, drafter_config_for
+    # a drafter trained from the dump records the dumped target's decoder, as one trained online does
+    assert Drafter(drafter_config_for(target)).bind(head).bound_to_decoder == decoder_fingerprint(target) is not None
     batch = collate(target, cfg, examples(target, cfg))
     online = target_artifacts(target, batch["input_ids"], batch["attention_mask"], batch["images"])
     dumped = collate_dumped([data[i] for i in range(4)])

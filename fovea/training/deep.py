@@ -41,6 +41,7 @@ from tqdm import tqdm
 from fovea.models.bundled import DEFAULT_TARGET_DIR, load_tokenizer, save_config_json
 from fovea.training.common import (AUTOCAST_CHOICES, Checkpointer, Timer, add_config_args, append_jsonl,
                                    bf16_autocast, config_from_args)
+from fovea.training.glyph_slots import GlyphSlotHead
 from fovea.training.target import (AUX_LOOKS, AUX_SEED_START, AuxHeads, TargetTrainConfig, aux_image_loss, aux_images,
                                    drill_batch, evaluate, export, lr_wsd, parse_focus, probe, stop_on_sigterm,
                                    to_device, training_batch, weighted_lm_loss)
@@ -77,6 +78,8 @@ class DeepTargetConfig:
                                     # puts half the charts in 2-3-letter labels in non-regular faces,
                                     # "condensed" in the condensed face alone
     vision_steps: int = 0           # the first steps after a (warm) start train the tower alone on aux images
+    slot_weight: float = 0.0        # > 0: the aux images' glyph-slot loss (fovea.training.glyph_slots) at this
+                                    # weight: both glyphs that share a 16-px patch, read off its visual token
     seed: int = 0
 
 
@@ -131,7 +134,11 @@ def param_groups(student, aux, cfg: DeepTargetConfig) -> list[dict]:
     if cfg.vision_lr_scale > 0:
         groups.append({"params": [p for n, p in named if n.startswith(VISION_PREFIXES)],
                        "lr_scale": cfg.vision_lr_scale})
-        groups.append({"params": list(aux.parameters()), "lr_scale": 1.0})
+        slots = getattr(aux, "slots", None)   # a fresh glyph-slot head learns at 10x (a linear read, from zero)
+        own = [p for n, p in aux.named_parameters() if not n.startswith("slots.")]
+        groups.append({"params": own, "lr_scale": 1.0})
+        if slots is not None:
+            groups.append({"params": list(slots.parameters()), "lr_scale": 10.0})
     return groups
 
 
@@ -229,6 +236,21 @@ def distill_step(student, teacher, hooks: tuple[LayerOutputs, LayerOutputs], bat
             out["aux"] = (out["aux"] + aux_image_loss(student, aux, batch)) / 2
         out["total"] = out["total"] + cfg.aux_weight * out["aux"]
     return out
+
+
+class TowerHeads(torch.nn.Module):
+    """The per-patch heads (AuxHeads) plus, on labels that carry glyph slots (the aux images'), the
+    glyph-slot head at `slot_weight`: one callable (feats, labels) -> loss, as AuxHeads alone is."""
+
+    def __init__(self, aux: AuxHeads, slots: GlyphSlotHead, slot_weight: float):
+        super().__init__()
+        self.aux, self.slots, self.slot_weight = aux, slots, slot_weight
+
+    def forward(self, feats: torch.Tensor, labels: dict) -> torch.Tensor:
+        loss = self.aux(feats, labels)
+        if "glyph_slots" in labels:
+            loss = loss + self.slot_weight * self.slots(feats, labels["glyph_slots"])
+        return loss
 
 
 def tower_step(student, aux, batch: dict) -> dict:
@@ -339,6 +361,8 @@ def parse_args(argv=None):
         p.error("--aux-images must be >= 0, and trains the vision tower: pass --vision-lr-scale > 0 with it")
     if args.vision_steps < 0 or (args.vision_steps and not args.aux_images):
         p.error("--vision-steps must be >= 0, and trains the tower on the aux images alone: pass --aux-images > 0")
+    if args.slot_weight < 0 or (args.slot_weight and not args.aux_images):
+        p.error("--slot-weight must be >= 0, and reads the aux images' glyph slots: pass --aux-images > 0")
     if args.aux_looks not in AUX_LOOKS:
         p.error(f"--aux-looks must be one of {AUX_LOOKS}, got {args.aux_looks!r}")
     if args.vision_lr_scale < 0:
@@ -367,18 +391,25 @@ def main(argv=None) -> None:
 
     own_aux = copy.deepcopy(aux).train()   # trains with the vision tower; `aux` stays the teacher's probe
     own_aux.weights = {"char": 2.0}        # the shipped target's recipe (char_weight): glyphs are what it misreads
-    groups = param_groups(student, own_aux, cfg)
+    slots = GlyphSlotHead(student.config.text_config.hidden_size) if cfg.slot_weight > 0 else None
+    heads = TowerHeads(own_aux, slots, cfg.slot_weight) if slots is not None else own_aux
+    groups = param_groups(student, heads, cfg)
     params = [p for g in groups for p in g["params"]]
     opt = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     ckpt = Checkpointer(run)
-    modules = {"model": student, "opt": opt, **({"aux": own_aux} if cfg.vision_lr_scale > 0 else {})}
+    modules = {"model": student, "opt": opt, **({"aux": own_aux} if cfg.vision_lr_scale > 0 else {}),
+               **({"slots": slots} if slots is not None else {})}
     step, extra = ckpt.load(modules)
     warm_start = extra.get("warm_start", 0)
     if step == 0 and args.init_from:
         step = warm_start = load_student(student, args.init_from)
-    student.to(device), teacher.to(device), aux.to(device), own_aux.to(device)
+        own_heads = args.init_from / "aux_heads.safetensors"
+        if cfg.vision_lr_scale > 0 and own_heads.exists():  # a trained tower's own heads, not the teacher's
+            from safetensors.torch import load_file
+            own_aux.load_state_dict({k: v.float() for k, v in load_file(str(own_heads)).items()}, strict=False)
+    student.to(device), teacher.to(device), aux.to(device), heads.to(device)
     hooks = (LayerOutputs(student), LayerOutputs(teacher))
-    vision = (ProjectedTokens(student), own_aux) if cfg.vision_lr_scale > 0 else None
+    vision = (ProjectedTokens(student), heads) if cfg.vision_lr_scale > 0 else None
     # the shipped target's batches and drills (the same generator, weights and packing)
     recipe = TargetTrainConfig(batch_size=cfg.batch_size, turns=cfg.turns, mention_weight=cfg.mention_weight,
                                stress_weight=cfg.stress_weight, drill_rows=cfg.drill_rows)
@@ -404,7 +435,7 @@ def main(argv=None) -> None:
                 looks=cfg.aux_looks)
         batch = to_device(batch, device)
         with autocast:
-            losses = tower_step(student, own_aux, batch) if tower_only else \
+            losses = tower_step(student, heads, batch) if tower_only else \
                 distill_step(student, teacher, hooks, batch, cfg, vision)
             total = losses["total"]
             if cfg.drill_rows and not tower_only:

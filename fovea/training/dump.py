@@ -117,10 +117,11 @@ def sample_tensors(art: dict, batch: dict, row: int, dtype: torch.dtype, top_k: 
 
 
 def target_meta(target, cfg: RunConfig, ref: str, count: int) -> dict:
-    from fovea.checkpoints import target_fingerprint
+    from fovea.checkpoints import decoder_fingerprint, target_fingerprint
     from fovea.drafter import drafter_config_for
 
-    return {"format": FORMAT, "target": ref, "fingerprint": target_fingerprint(target), "dtype": cfg.data.dtype,
+    return {"format": FORMAT, "target": ref, "fingerprint": target_fingerprint(target),
+            "decoder_fingerprint": decoder_fingerprint(target), "dtype": cfg.data.dtype,
             "hidden_size": target.hidden_size, "vocab_size": target.vocab_size,
             "image_token_id": target.image_token_id, "memory_grid": getattr(target, "memory_grid", None),
             "drafter_base": asdict(drafter_config_for(target)),

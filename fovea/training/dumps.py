@@ -34,6 +34,7 @@ class DumpHead:
         self._on = None
         self.hidden_size, self.vocab_size = self.meta["hidden_size"], self.meta["vocab_size"]
         self.image_token_id = self.meta["image_token_id"]
+        self.decoder_fingerprint = self.meta.get("decoder_fingerprint")  # checkpoints.decoder_fingerprint at dump time
         grid = self.meta.get("memory_grid")
         self.memory_grid = tuple(grid) if grid else None
 

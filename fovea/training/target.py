@@ -350,8 +350,11 @@ def aux_images(start: int, step: int, n: int, families, size: int, looks: str = 
             return make_sample(seed, family=family, look=label_look(seed, family, faces))
         return make_sample(seed, family=family, look=training_look(seed, family))
 
+    from fovea.training.glyph_slots import glyph_slots
+
     records = [record(start + seed, families[seed % len(families)]) for seed in range(step * n, (step + 1) * n)]
-    return torch.cat([image_to_pixels(r.image, size) for r in records]), patch_label_batch(records)
+    labels = {**patch_label_batch(records), "glyph_slots": glyph_slots(records)}  # AuxHeads reads only its kinds
+    return torch.cat([image_to_pixels(r.image, size) for r in records]), labels
 
 
 def drill_batch(step: int, cfg: TargetTrainConfig, tokenizer, model) -> dict:
