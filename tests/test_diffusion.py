@@ -114,3 +114,29 @@ def test_loss_is_masked_cross_entropy_weighted_by_one_over_t():
     garbage = logits.clone()
     garbage[~masked] = torch.randn(int((~masked).sum()), vocab) * 10   # unmasked positions never count
     assert diffusion_loss(garbage, canvas, masked, p).item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_stress_and_mention_weights_scale_only_their_canvas_tokens(tok):
+    """--stress-weight / --mention-weight: the target recipe's token weights on the canvas (a chart value
+    walk's stop, the mentioned labels and values); 1 elsewhere, and 1, 1 leaves the plain bound."""
+    from types import SimpleNamespace
+
+    from fovea.diffusion.model import CanvasConfig
+    from fovea.training.diffusion import canvas_weights
+
+    model = SimpleNamespace(tokenizer=tok, canvas=CanvasConfig(96, 4))
+    s = make_sample(2, "chart", "value")
+    assert s.stress                                                     # the walk's stop is marked
+    w = canvas_weights([s], model, stress_weight=6.0, mention_weight=3.0)[0]
+    ids = tok(" " + s.answer, add_special_tokens=False)["input_ids"]
+    text = {float(v): "".join(tok.decode([t]) for t, x in zip(ids, w) if float(x) == v) for v in (6.0, 3.0)}
+    assert text[6.0].replace(" ", "") == ",so"                          # the stop, and only it, at 6
+    assert all(part in text[3.0] for part in s.short_answer.split())    # the asked bar's value is a mention
+    assert (w[len(ids):] == 1).all()                                    # EOS padding keeps weight 1
+    assert (canvas_weights([s], model)[0] == 1).all()
+    # the loss multiplies each masked position's term by its weight
+    b, length, vocab = 1, 96, 16
+    canvas, masked, p = torch.randint(0, vocab, (b, length)), torch.ones(b, length, dtype=torch.bool), torch.ones(b)
+    logits = torch.zeros(b, length, vocab)
+    plain = diffusion_loss(logits, canvas, masked, p).item()
+    assert diffusion_loss(logits, canvas, masked, p, w[None]).item() == pytest.approx(plain * float(w.mean()), rel=1e-5)

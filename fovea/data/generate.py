@@ -105,7 +105,7 @@ def make_sample(seed: int, family: str | None = None, task: str | None = None, s
     layout, qa = _layout_and_text(seed, family, task, split, look)
     image, objects, labels = _MODULES[family].render(layout)
     return Sample(image, qa.question, qa.answer, family, task, qa.short_answer, objects, qa.mentions, labels, split,
-                  look)
+                  look, qa.stress)
 
 
 def make_conversation(seed: int, turns: int, family: str | None = None, task: str | None = None,

@@ -61,6 +61,7 @@ class Sample:
     patch_labels: dict[str, np.ndarray]  # int64 [GRID, GRID] per label kind; IGNORE where not applicable
     split: str = "train"  # "train", "shifted" (rendering values training never sees) or "layout" (held-out looks)
     look: object = None  # the chart or scene look it was drawn in (fovea.data.looks); None: the base look, or ocr
+    stress: tuple = ()  # the answer's stress spans (QA.stress), for training's weights
 
 
 @dataclass

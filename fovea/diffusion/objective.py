@@ -35,8 +35,12 @@ def mask_canvas(canvas: torch.Tensor, mask_id: int, generator: torch.Generator |
     return canvas.masked_fill(masked, mask_id), masked, p
 
 
-def diffusion_loss(logits: torch.Tensor, canvas: torch.Tensor, masked: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+def diffusion_loss(logits: torch.Tensor, canvas: torch.Tensor, masked: torch.Tensor, p: torch.Tensor,
+                   weights: torch.Tensor | None = None) -> torch.Tensor:
     """The 1/p-weighted cross-entropy on masked positions (module doc): logits [B, L, V], clean
-    canvas [B, L], masked [B, L], p [B]."""
+    canvas [B, L], masked [B, L], p [B]. `weights` [B, L] scales each position's term (the target
+    recipe's up-weighted stress and mention tokens); None: 1 everywhere, the plain bound."""
     ce = F.cross_entropy(logits.flatten(0, 1).float(), canvas.flatten(), reduction="none").view(canvas.shape)
+    if weights is not None:
+        ce = ce * weights
     return (ce * masked / p[:, None]).sum() / canvas.numel()

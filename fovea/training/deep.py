@@ -80,6 +80,7 @@ class DeepTargetConfig:
     vision_steps: int = 0           # the first steps after a (warm) start train the tower alone on aux images
     slot_weight: float = 0.0        # > 0: the aux images' glyph-slot loss (fovea.training.glyph_slots) at this
                                     # weight: both glyphs that share a 16-px patch, read off its visual token
+    slot_shared_weight: float = 1.0 # that loss's weight on the glyph slots of patches holding two glyphs
     seed: int = 0
 
 
@@ -361,6 +362,8 @@ def parse_args(argv=None):
         p.error("--aux-images must be >= 0, and trains the vision tower: pass --vision-lr-scale > 0 with it")
     if args.vision_steps < 0 or (args.vision_steps and not args.aux_images):
         p.error("--vision-steps must be >= 0, and trains the tower on the aux images alone: pass --aux-images > 0")
+    if args.slot_shared_weight <= 0:
+        p.error(f"--slot-shared-weight must be > 0, got {args.slot_shared_weight}")
     if args.slot_weight < 0 or (args.slot_weight and not args.aux_images):
         p.error("--slot-weight must be >= 0, and reads the aux images' glyph slots: pass --aux-images > 0")
     if args.aux_looks not in AUX_LOOKS:
@@ -391,7 +394,8 @@ def main(argv=None) -> None:
 
     own_aux = copy.deepcopy(aux).train()   # trains with the vision tower; `aux` stays the teacher's probe
     own_aux.weights = {"char": 2.0}        # the shipped target's recipe (char_weight): glyphs are what it misreads
-    slots = GlyphSlotHead(student.config.text_config.hidden_size) if cfg.slot_weight > 0 else None
+    slots = GlyphSlotHead(student.config.text_config.hidden_size, shared_weight=cfg.slot_shared_weight) \
+        if cfg.slot_weight > 0 else None
     heads = TowerHeads(own_aux, slots, cfg.slot_weight) if slots is not None else own_aux
     groups = param_groups(student, heads, cfg)
     params = [p for g in groups for p in g["params"]]

@@ -45,6 +45,22 @@ class DiffusionTrainConfig:
     canvas_length: int = 96
     mask_token_id: int = 4          # "<unk>" of the bundled tokenizer (fovea.diffusion.model)
     seed: int = 0
+    stress_weight: float = 1.0      # the loss on the answers' stress tokens (a chart value walk's stop), as the
+    mention_weight: float = 1.0     # target recipe weighs them and the mention tokens; 1, 1: the plain bound
+
+
+def canvas_weights(samples, model, stress_weight: float = 1.0, mention_weight: float = 1.0) -> torch.Tensor:
+    """float [B, L]: stress_weight on canvas tokens that overlap an answer's stress span, mention_weight on
+    those inside a mention, 1 elsewhere (EOS padding included), as the target's packing weighs them."""
+    from fovea.training.packing import answer_tokens
+
+    length = model.canvas.length
+    out = torch.ones(len(samples), length)
+    for i, s in enumerate(samples):
+        _, objs, _, stress = answer_tokens(model.tokenizer, s, length - 1)
+        for j, (obj, st) in enumerate(zip(objs[:-1], stress[:-1])):
+            out[i, j] = stress_weight if st else mention_weight if obj >= 0 else 1.0
+    return out
 
 
 def samples_batch(samples, model) -> dict:
@@ -73,6 +89,8 @@ def training_batch(step: int, cfg: DiffusionTrainConfig, model, focus=(), share:
     """The deterministic batch of a step (step_samples) and its masks."""
     samples = step_samples(step, cfg.batch_size, focus, share)
     batch = samples_batch(samples, model)
+    if (cfg.stress_weight, cfg.mention_weight) != (1.0, 1.0):
+        batch["weights"] = canvas_weights(samples, model, cfg.stress_weight, cfg.mention_weight)
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
     batch["noisy"], batch["masked"], batch["rate"] = mask_canvas(batch["canvas"], model.canvas.mask_token_id, gen)
     return batch
@@ -80,7 +98,7 @@ def training_batch(step: int, cfg: DiffusionTrainConfig, model, focus=(), share:
 
 def train_step(model, batch: dict) -> torch.Tensor:
     logits = model(batch["prefix"], batch["prefix_mask"], batch["pixels"], batch["noisy"])
-    return diffusion_loss(logits, batch["canvas"], batch["masked"], batch["rate"])
+    return diffusion_loss(logits, batch["canvas"], batch["masked"], batch["rate"], batch.get("weights"))
 
 
 @torch.no_grad()
@@ -130,6 +148,8 @@ def parse_args(argv=None):
         p.error(f"--focus-share must be in [0, 1], got {args.focus_share}")
     if args.batch_size < 1 or args.minutes <= 0 or args.total_steps < 1:
         p.error("--batch-size and --total-steps must be >= 1 and --minutes > 0")
+    if min(args.stress_weight, args.mention_weight) <= 0:
+        p.error("--stress-weight and --mention-weight must be > 0")
     if not 8 <= args.canvas_length <= 256:
         p.error(f"--canvas-length must be in [8, 256], got {args.canvas_length}")
     if min(args.save_every, args.probe_every) < 1 or args.eval_every < 0 or args.eval_n < 0:

@@ -56,21 +56,25 @@ def glyph_slots(records) -> torch.Tensor:
 class GlyphSlotHead(torch.nn.Module):
     """A linear read of both glyph slots off each visual token [B, N, D] -> [B, N, SLOTS, chars]."""
 
-    def __init__(self, dim: int, none_weight: float = 0.25):
+    def __init__(self, dim: int, none_weight: float = 0.25, shared_weight: float = 1.0):
         super().__init__()
         self.linear = torch.nn.Linear(dim, SLOTS * len(CHARSET))
         self.none_weight = none_weight  # slots holding no glyph, as AuxHeads weighs background
+        self.shared_weight = shared_weight  # glyph slots of patches holding two glyphs (about 2% of them)
 
     def logits(self, feats: torch.Tensor) -> torch.Tensor:
         return self.linear(feats).unflatten(-1, (SLOTS, len(CHARSET)))
 
     def forward(self, feats: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Cross-entropy: the mean over glyph slots plus none_weight x the mean over empty ones."""
+        """Cross-entropy: the weighted mean over glyph slots (shared_weight on those of patches holding two
+        glyphs) plus none_weight x the mean over empty ones."""
         target = labels.flatten()
         ce = F.cross_entropy(self.logits(feats).flatten(0, 2).float(), target, ignore_index=IGNORE,
                              reduction="none")
         glyph, empty = target > 0, target == 0
-        parts = [ce[glyph].mean()] if glyph.any() else []
+        shared = (labels > 0).all(-1, keepdim=True).expand_as(labels).flatten()
+        weight = 1.0 + (self.shared_weight - 1.0) * shared.float()
+        parts = [(ce * weight)[glyph].sum() / weight[glyph].sum()] if glyph.any() else []
         if empty.any():
             parts.append(self.none_weight * ce[empty].mean())
         return torch.stack(parts).sum() if parts else feats.sum() * 0.0
