@@ -140,3 +140,26 @@ def test_stress_and_mention_weights_scale_only_their_canvas_tokens(tok):
     logits = torch.zeros(b, length, vocab)
     plain = diffusion_loss(logits, canvas, masked, p).item()
     assert diffusion_loss(logits, canvas, masked, p, w[None]).item() == pytest.approx(plain * float(w.mean()), rel=1e-5)
+
+
+def test_prefix_rows_are_masked_as_blocks_of_one_decode_them():
+    """--prefix-share: a share of rows gets a clean prefix of k answer tokens (k in 0..n, the first EOS
+    included) and the rest masked at p = 1; share 0 leaves mask_canvas's rows and the generator alone."""
+    from fovea.diffusion.objective import mask_prefix_rows
+
+    eos, mask_id, length = 2, 4, 12
+    canvas = torch.tensor([[7, 8, 9, 10, 11] + [eos] * 7] * 400)
+    gen = torch.Generator().manual_seed(0)
+    iid = mask_canvas(canvas, mask_id, gen)
+    state = gen.get_state()
+    assert all(torch.equal(a, b) for a, b in zip(mask_prefix_rows(canvas, *iid, mask_id, eos, 0.0, gen), iid))
+    assert torch.equal(gen.get_state(), state)
+    noisy, masked, p = mask_prefix_rows(canvas, *iid, mask_id, eos, 0.5, gen)
+    prefix = p == 1.0
+    assert 150 < int(prefix.sum()) < 250
+    for row in masked[prefix]:
+        k = int((~row).sum())
+        assert row[k:].all() and not row[:k].any() and 0 <= k <= 5     # clean prefix, masked suffix
+    assert {int((~row).sum()) for row in masked[prefix]} == set(range(6))   # every k, the first EOS too
+    assert torch.equal(noisy, canvas.masked_fill(masked, mask_id))
+    assert torch.equal(masked[~prefix], iid[1][~prefix]) and torch.equal(p[~prefix], iid[2][~prefix])

@@ -35,6 +35,27 @@ def mask_canvas(canvas: torch.Tensor, mask_id: int, generator: torch.Generator |
     return canvas.masked_fill(masked, mask_id), masked, p
 
 
+def mask_prefix_rows(canvas: torch.Tensor, noisy: torch.Tensor, masked: torch.Tensor, p: torch.Tensor,
+                     mask_id: int, eos_id: int, share: float,
+                     generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Redraw a `share` of the rows of mask_canvas's (noisy, masked, p) as the left-to-right block schedule
+    sees its canvas: a clean prefix of k tokens, k uniform in 0..n (n the answer's length before its EOS
+    run, so the first EOS is predicted too), and every later position masked, with p = 1 (the whole suffix
+    is masked). I.i.d. masking almost never draws that state, which is every state the full schedule with
+    blocks of 1 decodes from. share = 0 leaves the rows (and the generator) as they were."""
+    if share <= 0:
+        return noisy, masked, p
+    b, length = canvas.shape
+    pick = torch.rand(b, generator=generator) < share
+    is_eos = canvas == eos_id
+    n = torch.where(is_eos.any(1), is_eos.float().argmax(1), torch.full((b,), length)).clamp(max=length - 1)
+    k = (torch.rand(b, generator=generator) * (n + 1).float()).long()            # 0..n
+    suffix = torch.arange(length)[None, :] >= k[:, None]
+    masked = torch.where(pick[:, None], suffix, masked)
+    p = torch.where(pick, torch.ones_like(p), p)
+    return canvas.masked_fill(masked, mask_id), masked, p
+
+
 def diffusion_loss(logits: torch.Tensor, canvas: torch.Tensor, masked: torch.Tensor, p: torch.Tensor,
                    weights: torch.Tensor | None = None) -> torch.Tensor:
     """The 1/p-weighted cross-entropy on masked positions (module doc): logits [B, L, V], clean

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from fovea.data import make_sample, tuning_seeds
 from fovea.diffusion.config import METHODS
 from fovea.diffusion.model import DEFAULT_DIFFUSION_DIR, CanvasConfig, from_target
-from fovea.diffusion.objective import answer_canvas, diffusion_loss, mask_canvas
+from fovea.diffusion.objective import answer_canvas, diffusion_loss, mask_canvas, mask_prefix_rows
 from fovea.models.bundled import DEFAULT_TARGET_DIR
 from fovea.training.common import (AUTOCAST_CHOICES, Checkpointer, Timer, add_config_args, append_jsonl,
                                    bf16_autocast, config_from_args, lr_at)
@@ -47,6 +47,7 @@ class DiffusionTrainConfig:
     seed: int = 0
     stress_weight: float = 1.0      # the loss on the answers' stress tokens (a chart value walk's stop), as the
     mention_weight: float = 1.0     # target recipe weighs them and the mention tokens; 1, 1: the plain bound
+    prefix_share: float = 0.0       # rows masked as blocks of 1 decode: a clean prefix, the rest masked
 
 
 def canvas_weights(samples, model, stress_weight: float = 1.0, mention_weight: float = 1.0) -> torch.Tensor:
@@ -92,7 +93,9 @@ def training_batch(step: int, cfg: DiffusionTrainConfig, model, focus=(), share:
     if (cfg.stress_weight, cfg.mention_weight) != (1.0, 1.0):
         batch["weights"] = canvas_weights(samples, model, cfg.stress_weight, cfg.mention_weight)
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-    batch["noisy"], batch["masked"], batch["rate"] = mask_canvas(batch["canvas"], model.canvas.mask_token_id, gen)
+    batch["noisy"], batch["masked"], batch["rate"] = mask_prefix_rows(
+        batch["canvas"], *mask_canvas(batch["canvas"], model.canvas.mask_token_id, gen),
+        model.canvas.mask_token_id, model.eos_id, cfg.prefix_share, gen)
     return batch
 
 
@@ -148,6 +151,8 @@ def parse_args(argv=None):
         p.error(f"--focus-share must be in [0, 1], got {args.focus_share}")
     if args.batch_size < 1 or args.minutes <= 0 or args.total_steps < 1:
         p.error("--batch-size and --total-steps must be >= 1 and --minutes > 0")
+    if not 0.0 <= args.prefix_share <= 1.0:
+        p.error(f"--prefix-share must be in [0, 1], got {args.prefix_share}")
     if min(args.stress_weight, args.mention_weight) <= 0:
         p.error("--stress-weight and --mention-weight must be > 0")
     if not 8 <= args.canvas_length <= 256:
