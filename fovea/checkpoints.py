@@ -115,10 +115,11 @@ def target_fingerprint(target) -> str:
     return hashlib.sha256(head.numpy().tobytes()).hexdigest()[:16]
 
 
-def decoder_fingerprint(target) -> str | None:
+def decoder_fingerprint(target, head: str | None = None) -> str | None:
     """16 hex digits naming the decoder a drafter reads: its depth, its final norm (the LM head's input,
-    the drafter's feature) and its LM head, in float16. target_fingerprint hashes the head alone, and a
-    deeper target trained with the head frozen (target v3 from step 54,200) kept it. None where the
+    the drafter's feature) in float16 and its LM head (by target_fingerprint; pass it as `head` where it
+    is already computed, so the head is hashed once). target_fingerprint alone did not tell a deeper
+    target trained with the head frozen (target v3 from step 54,200) from its source. None where the
     backbone has no `get_decoder().norm` and `.layers` to read."""
     import torch
 
@@ -131,20 +132,25 @@ def decoder_fingerprint(target) -> str | None:
         norm, layers = decoder.norm.weight, decoder.layers
     except (AttributeError, TypeError):
         return None
-    digest = hashlib.sha256(f"layers={len(layers)};".encode())
-    for weight in (norm, target.lm_head_weight):
-        digest.update(weight.detach().to("cpu", dtype=torch.float16).contiguous().numpy().tobytes())
+    digest = hashlib.sha256(f"layers={len(layers)};head={head or target_fingerprint(target)};".encode())
+    digest.update(norm.detach().to("cpu", dtype=torch.float16).contiguous().numpy().tobytes())
     return digest.hexdigest()[:16]
 
 
+def _fingerprints(drafter, target) -> tuple[str, str] | None:
+    """(the fingerprint a saved drafter recorded, this target's of the same kind): the decoder's where the
+    drafter recorded one, else the LM head's (drafters saved before it); None where it recorded neither."""
+    if decoder := getattr(drafter, "trained_for_decoder", None):
+        return decoder, decoder_fingerprint(target)
+    if head := getattr(drafter, "trained_for", None):
+        return head, target_fingerprint(target)
+    return None
+
+
 def trained_for_target(drafter, target) -> bool | None:
-    """Whether a saved drafter was trained with this target: by the decoder fingerprint where the drafter
-    recorded one, else by the LM-head fingerprint (drafters saved before it); None where it recorded neither."""
-    decoder = getattr(drafter, "trained_for_decoder", None)
-    if decoder:
-        return decoder == decoder_fingerprint(target)
-    head = getattr(drafter, "trained_for", None)
-    return head == target_fingerprint(target) if head else None
+    """Whether a saved drafter was trained with this target (`_fingerprints`); None where it recorded none."""
+    pair = _fingerprints(drafter, target)
+    return None if pair is None else pair[0] == pair[1]
 
 
 def check_drafter_fits_target(drafter, target, name: str = "drafter") -> None:
@@ -157,10 +163,9 @@ def check_drafter_fits_target(drafter, target, name: str = "drafter") -> None:
     where = f" at {source}" if source else ""
     if (cfg.hidden_size, cfg.vocab_size, cfg.memory_dim) == (target.hidden_size, target.vocab_size,
                                                                 target.hidden_size):
-        if trained_for_target(drafter, target) is False:
-            by_decoder = bool(getattr(drafter, "trained_for_decoder", None))
-            recorded = drafter.trained_for_decoder if by_decoder else drafter.trained_for
-            this = decoder_fingerprint(target) if by_decoder else target_fingerprint(target)
+        pair = _fingerprints(drafter, target)
+        if pair is not None and pair[0] != pair[1]:
+            recorded, this = pair
             warnings.warn(f"The drafter {name!r}{where} was trained with another target (fingerprint {recorded}, "
                           f"this one is {this}): answers stay exactly the target's, but "
                           f"fewer draft tokens will be accepted; retrain it for this target with "

@@ -61,7 +61,7 @@ class Drafter(nn.Module):
         self.embed_weight = target.embed_weight.detach().float()
         self.lm_head_weight = target.lm_head_weight.detach().to(device).float()
         self.bound_to = target_fingerprint(target)
-        self.bound_to_decoder = decoder_fingerprint(target)
+        self.bound_to_decoder = decoder_fingerprint(target, head=self.bound_to)
         return self
 
     @property

@@ -89,8 +89,9 @@ def test_deep_run_adds_the_slot_loss_on_aux_images_and_trains_its_head():
     aux = AuxHeads(dim)
     heads = TowerHeads(aux, GlyphSlotHead(dim), 1.0)
     size = teacher.config.vision_config.image_size
-    pixels, labels = aux_images(AUX_SEED_START, 0, 6, ("chart", "ocr"), size, looks="labels")
+    pixels, labels = aux_images(AUX_SEED_START, 0, 6, ("chart", "ocr"), size, looks="labels", slots=True)
     assert labels["glyph_slots"].shape == (6, GRID * GRID, SLOTS) and (labels["glyph_slots"] > 0).any()
+    assert "glyph_slots" not in aux_images(AUX_SEED_START, 0, 2, ("chart",), size, looks="labels")[1]  # opt-in
     batch = {"aux_pixels": pixels, "aux_labels": labels}
     with_slots = tower_step(student, heads, batch)["total"]
     without = tower_step(student, aux, batch)["total"]

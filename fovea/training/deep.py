@@ -291,8 +291,16 @@ def probe_layout(student, aux, tokenizer) -> dict:
 AUX_FAMILIES = ("chart", "chart", "ocr", "scene")
 
 
-def load_teacher(folder: Path):
+def load_aux_heads(aux: AuxHeads, folder: Path) -> None:
+    """An export's per-patch heads (aux_heads.safetensors) into `aux`, float32, where the file exists."""
     from safetensors.torch import load_file
+
+    path = folder / "aux_heads.safetensors"
+    if path.exists():
+        aux.load_state_dict({k: v.float() for k, v in load_file(str(path)).items()}, strict=False)
+
+
+def load_teacher(folder: Path):
     from transformers import LlavaForConditionalGeneration
 
     teacher = LlavaForConditionalGeneration.from_pretrained(str(folder), dtype=torch.float32,
@@ -300,9 +308,7 @@ def load_teacher(folder: Path):
     for p in teacher.parameters():
         p.requires_grad_(False)
     aux = AuxHeads(teacher.config.text_config.hidden_size)
-    path = folder / "aux_heads.safetensors"
-    if path.exists():   # the frozen vision tower's probe heads (curves' probe/* columns)
-        aux.load_state_dict({k: v.float() for k, v in load_file(str(path)).items()}, strict=False)
+    load_aux_heads(aux, folder)   # the frozen vision tower's probe heads (curves' probe/* columns)
     return teacher, aux.eval()
 
 
@@ -407,10 +413,8 @@ def main(argv=None) -> None:
     warm_start = extra.get("warm_start", 0)
     if step == 0 and args.init_from:
         step = warm_start = load_student(student, args.init_from)
-        own_heads = args.init_from / "aux_heads.safetensors"
-        if cfg.vision_lr_scale > 0 and own_heads.exists():  # a trained tower's own heads, not the teacher's
-            from safetensors.torch import load_file
-            own_aux.load_state_dict({k: v.float() for k, v in load_file(str(own_heads)).items()}, strict=False)
+        if cfg.vision_lr_scale > 0:   # a trained tower continues with its own heads, not the teacher's
+            load_aux_heads(own_aux, args.init_from)
     student.to(device), teacher.to(device), aux.to(device), heads.to(device)
     hooks = (LayerOutputs(student), LayerOutputs(teacher))
     vision = (ProjectedTokens(student), heads) if cfg.vision_lr_scale > 0 else None
@@ -436,7 +440,7 @@ def main(argv=None) -> None:
         if vision and cfg.aux_images:
             batch["aux_pixels"], batch["aux_labels"] = aux_images(
                 AUX_SEED_START, step, cfg.aux_images, AUX_FAMILIES, student.config.vision_config.image_size,
-                looks=cfg.aux_looks)
+                looks=cfg.aux_looks, slots=slots is not None)
         batch = to_device(batch, device)
         with autocast:
             losses = tower_step(student, heads, batch) if tower_only else \

@@ -120,8 +120,9 @@ def target_meta(target, cfg: RunConfig, ref: str, count: int) -> dict:
     from fovea.checkpoints import decoder_fingerprint, target_fingerprint
     from fovea.drafter import drafter_config_for
 
-    return {"format": FORMAT, "target": ref, "fingerprint": target_fingerprint(target),
-            "decoder_fingerprint": decoder_fingerprint(target), "dtype": cfg.data.dtype,
+    head = target_fingerprint(target)
+    return {"format": FORMAT, "target": ref, "fingerprint": head,
+            "decoder_fingerprint": decoder_fingerprint(target, head), "dtype": cfg.data.dtype,
             "hidden_size": target.hidden_size, "vocab_size": target.vocab_size,
             "image_token_id": target.image_token_id, "memory_grid": getattr(target, "memory_grid", None),
             "drafter_base": asdict(drafter_config_for(target)),

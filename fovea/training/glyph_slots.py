@@ -120,17 +120,16 @@ def probe(model, steps: int = 300, n_train_images: int = 64, n_eval: int = 200, 
     """Train a fresh GlyphSlotHead on the frozen visual tokens of training-look images (looks "labels",
     as the tower's aux images), then score it on unseen images of three kinds."""
     from fovea.data.generate import eval_seeds
-    from fovea.training.target import AUX_SEED_START, aux_images
+    from fovea.training.target import AUX_SEED_START, aux_images, image_features
 
     torch.manual_seed(seed)
     model.eval()
     size = model.config.vision_config.image_size
     head = GlyphSlotHead(model.config.text_config.hidden_size)
     opt = torch.optim.AdamW(head.parameters(), lr=3e-3, weight_decay=0.0)
-    from fovea.training.target import image_features
     for step in range(steps):
         pixels, labels = aux_images(AUX_SEED_START + 7_000_000, step, n_train_images, ("chart", "ocr"), size,
-                                    looks="labels")
+                                    looks="labels", slots=True)
         with torch.no_grad():
             feats = image_features(model, pixels).float()
         loss = head(feats, labels["glyph_slots"])

@@ -327,14 +327,16 @@ def training_batch(step: int, cfg: TargetTrainConfig, tokenizer, model, focus: l
 AUX_LOOKS = ("base", "mixed", "wide", "labels", "condensed")
 
 
-def aux_images(start: int, step: int, n: int, families, size: int, looks: str = "base") -> tuple[torch.Tensor, dict]:
+def aux_images(start: int, step: int, n: int, families, size: int, looks: str = "base",
+               slots: bool = False) -> tuple[torch.Tensor, dict]:
     """(pixels [n, 3, S, S], patch labels) of a step's images for the vision tower alone: seeds
     start + step*n .. start + (step+1)*n - 1, from `families` in turn. `looks`: "base", as make_sample
     draws them; "mixed", as a training conversation's image (a training look on looks.WIDE_SHARE of
     charts and scenes, else the base); "wide", every chart and scene in a training look drawn uniformly
     (looks.training_look); "labels", as "wide" on odd seeds and on even ones a chart with 2-3-letter labels
     in a bold, condensed or oblique face (looks.label_look); "condensed", as "labels" in the condensed face
-    alone (the face of most held-out misreads). Never a held-out look."""
+    alone (the face of most held-out misreads). Never a held-out look. `slots`: the labels also hold
+    "glyph_slots" (fovea.training.glyph_slots), for the glyph-slot loss and probe."""
     from fovea.data.looks import HARD_FACES, label_look, training_look
 
     if looks not in AUX_LOOKS:
@@ -350,10 +352,12 @@ def aux_images(start: int, step: int, n: int, families, size: int, looks: str = 
             return make_sample(seed, family=family, look=label_look(seed, family, faces))
         return make_sample(seed, family=family, look=training_look(seed, family))
 
-    from fovea.training.glyph_slots import glyph_slots
-
     records = [record(start + seed, families[seed % len(families)]) for seed in range(step * n, (step + 1) * n)]
-    labels = {**patch_label_batch(records), "glyph_slots": glyph_slots(records)}  # AuxHeads reads only its kinds
+    labels = patch_label_batch(records)
+    if slots:  # AuxHeads reads only its own kinds
+        from fovea.training.glyph_slots import glyph_slots
+
+        labels["glyph_slots"] = glyph_slots(records)
     return torch.cat([image_to_pixels(r.image, size) for r in records]), labels
 
 
