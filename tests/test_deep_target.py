@@ -218,3 +218,29 @@ def test_deep_cli_refuses_tower_steps_without_aux_images(tmp_path, capsys):
     with pytest.raises(SystemExit):
         parse_args(["--aux-looks", "held_out", "--run-dir", str(tmp_path)])
     assert "--aux-looks" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--focus-looks", "held_out", "--run-dir", str(tmp_path)])
+    assert "--focus-looks" in capsys.readouterr().err
+
+
+def test_focused_chart_conversations_can_be_drawn_in_label_looks():
+    from fovea.data import make_conversation
+    from fovea.data.looks import LOOKS
+    from fovea.training.target import focused_conversation
+
+    focus = [("chart", "highest"), ("ocr", "read")]
+    for seed in range(12):
+        mixed = focused_conversation(seed, 2, focus, 1.0, "mixed")
+        for looks, faces in (("labels", {"bold", "condensed", "oblique"}), ("condensed", {"condensed"})):
+            conv = focused_conversation(seed, 2, focus, 1.0, looks)
+            assert conv.family == mixed.family and conv.turns[0][0] == mixed.turns[0][0]
+            if conv.family == "chart":  # a label look: a training look with 2-3-letter labels in a hard face
+                assert conv.look in LOOKS["chart"]["train"] and conv.look.face in faces
+                assert conv.look.label_length != 1
+            else:  # other families keep their own draw
+                assert conv.turns == mixed.turns and conv.look == mixed.look
+    # unfocused seeds are the generator's own conversations, whatever the looks
+    plain = focused_conversation(3, 4, [], 0.0, "labels")
+    assert plain.turns == make_conversation(3, 4).turns and plain.look == make_conversation(3, 4).look
+    with pytest.raises(ValueError, match="focus_looks"):
+        focused_conversation(0, 1, focus, 1.0, "held_out")

@@ -109,17 +109,18 @@ def make_sample(seed: int, family: str | None = None, task: str | None = None, s
 
 
 def make_conversation(seed: int, turns: int, family: str | None = None, task: str | None = None,
-                      split: str = "train") -> Conversation:
+                      split: str = "train", look=None) -> Conversation:
     """One image and up to `turns` question/answer pairs about it, each of a seeded task that has a
     unique answer on this layout (training packs them into one sequence: one image encode, many
     lookups). On the "train" split, looks.WIDE_SHARE of chart and scene images are drawn in a training
     look (never a held-out one), the rest in the base look; on the others the look is make_sample's.
-    In the same look, the first turn is make_sample(seed, family, task)'s own question."""
+    In the same look, the first turn is make_sample(seed, family, task)'s own question. `look` (a
+    looks.ChartLook or SceneLook of the family) replaces the drawn look, as in make_sample."""
     _check_split(split)
     family, first = _resolve(seed, family, task)
     module = _MODULES[family]
     rng = _rng("conversation", seed, family, first, split)
-    look = draw_look(seed, family, split, mixed=True)
+    look = draw_look(seed, family, split, mixed=True) if look is None else look
     layout, qa = _layout_and_text(seed, family, first, split, look)
     qas = [(first, qa)]
     for _ in range(8 * turns):  # bounded: a small layout may offer fewer distinct questions than turns

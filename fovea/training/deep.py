@@ -42,7 +42,7 @@ from fovea.models.bundled import DEFAULT_TARGET_DIR, load_tokenizer, save_config
 from fovea.training.common import (AUTOCAST_CHOICES, Checkpointer, Timer, add_config_args, append_jsonl,
                                    bf16_autocast, config_from_args)
 from fovea.training.glyph_slots import GlyphSlotHead
-from fovea.training.target import (AUX_LOOKS, AUX_SEED_START, AuxHeads, TargetTrainConfig, aux_image_loss, aux_images,
+from fovea.training.target import (AUX_LOOKS, AUX_SEED_START, FOCUS_LOOKS, AuxHeads, TargetTrainConfig, aux_image_loss, aux_images,
                                    drill_batch, evaluate, export, lr_wsd, parse_focus, probe, stop_on_sigterm,
                                    to_device, training_batch, weighted_lm_loss)
 
@@ -81,6 +81,8 @@ class DeepTargetConfig:
     slot_weight: float = 0.0        # > 0: the aux images' glyph-slot loss (fovea.training.glyph_slots) at this
                                     # weight: both glyphs that share a 16-px patch, read off its visual token
     slot_shared_weight: float = 1.0 # that loss's weight on the glyph slots of patches holding two glyphs
+    focus_looks: str = "mixed"      # focused chart conversations' looks (target.FOCUS_LOOKS): "labels" or
+                                    # "condensed" draw them in looks.label_look, so the decoder reads such labels
     seed: int = 0
 
 
@@ -372,6 +374,8 @@ def parse_args(argv=None):
         p.error(f"--slot-shared-weight must be > 0, got {args.slot_shared_weight}")
     if args.slot_weight < 0 or (args.slot_weight and not args.aux_images):
         p.error("--slot-weight must be >= 0, and reads the aux images' glyph slots: pass --aux-images > 0")
+    if args.focus_looks not in FOCUS_LOOKS:
+        p.error(f"--focus-looks must be one of {FOCUS_LOOKS}, got {args.focus_looks!r}")
     if args.aux_looks not in AUX_LOOKS:
         p.error(f"--aux-looks must be one of {AUX_LOOKS}, got {args.aux_looks!r}")
     if args.vision_lr_scale < 0:
@@ -420,7 +424,8 @@ def main(argv=None) -> None:
     vision = (ProjectedTokens(student), heads) if cfg.vision_lr_scale > 0 else None
     # the shipped target's batches and drills (the same generator, weights and packing)
     recipe = TargetTrainConfig(batch_size=cfg.batch_size, turns=cfg.turns, mention_weight=cfg.mention_weight,
-                               stress_weight=cfg.stress_weight, drill_rows=cfg.drill_rows)
+                               stress_weight=cfg.stress_weight, drill_rows=cfg.drill_rows,
+                               focus_looks=cfg.focus_looks)
     save_config_json(run, "train_config.json", {**asdict(cfg), "teacher": str(args.teacher)})
     append_jsonl(run / "launches.jsonl", {"step": step, "argv": list(sys.argv[1:] if argv is None else argv)})
     autocast, bf16 = bf16_autocast(device, args.autocast)

@@ -60,6 +60,9 @@ class TargetTrainConfig:
                                     # heads on aux-family images (glyph legibility; the decoder is untouched)
     drill_rows: int = 0             # text-only chart-value drills per step (charts.drill), a second forward
     drill_weight: float = 1.0       # weight of their LM loss
+    focus_looks: str = "mixed"      # the looks of focused chart conversations (FOCUS_LOOKS): "mixed", as any
+                                    # training conversation; "labels", a chart with 2-3-letter labels in a bold,
+                                    # condensed or oblique face (looks.label_look); "condensed", in that face alone
     seed: int = 0
     vocab_size: int = 1024
 
@@ -311,9 +314,28 @@ def focused_task(seed: int, focus: list, share: float, salt: str = "focus") -> t
     return rng.choice(focus) if focus and rng.random() < share else (None, None)
 
 
+FOCUS_LOOKS = ("mixed", "labels", "condensed")
+
+
+def focused_conversation(seed: int, turns: int, focus: list, share: float, focus_looks: str = "mixed"):
+    """A training seed's conversation: its first turn one of `focus` with probability `share`
+    (focused_task). A focused chart conversation is drawn per `focus_looks` (FOCUS_LOOKS): "labels" and
+    "condensed" put it in looks.label_look (2-3-letter labels in a non-regular face, or the condensed
+    face alone), so its questions read the labels that share a patch; never a held-out look."""
+    from fovea.data.looks import HARD_FACES, label_look
+
+    if focus_looks not in FOCUS_LOOKS:
+        raise ValueError(f"focus_looks must be one of {FOCUS_LOOKS}, got {focus_looks!r}")
+    family, task = focused_task(seed, focus, share)
+    look = None
+    if family == "chart" and focus_looks != "mixed":
+        look = label_look(seed, "chart", ("condensed",) if focus_looks == "condensed" else HARD_FACES)
+    return make_conversation(seed, turns, family, task, look=look)
+
+
 def training_batch(step: int, cfg: TargetTrainConfig, tokenizer, model, focus: list, share: float) -> dict:
     """The deterministic batch of a step: images step*B .. (step+1)*B-1, `turns` turns each."""
-    convs = [make_conversation(seed, cfg.turns, *focused_task(seed, focus, share))
+    convs = [focused_conversation(seed, cfg.turns, focus, share, cfg.focus_looks)
              for seed in range(step * cfg.batch_size, (step + 1) * cfg.batch_size)]
     size = model.config.vision_config.image_size
     batch = pack_batch(convs, tokenizer, prompt_format(model.config), cfg.mention_weight, image_size=size,
@@ -420,6 +442,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if not 0.0 <= args.focus_share <= 1.0:
         p.error(f"--focus-share must be in [0, 1], got {args.focus_share}")
+    if args.focus_looks not in FOCUS_LOOKS:
+        p.error(f"--focus-looks must be one of {FOCUS_LOOKS}, got {args.focus_looks!r}")
     if args.prompt_order not in PROMPT_ORDERS:
         p.error(f"--prompt-order must be one of {PROMPT_ORDERS}")
     if args.batch_size < 1 or args.turns < 1 or args.minutes <= 0:
