@@ -438,12 +438,13 @@ def test_the_diffusion_view_draws_the_trajectory_and_says_when_cvc_fired(page, d
     page.fill("#fv-question textarea", DIFFUSION_SAMPLE.question)
     page.press("#fv-question textarea", "Shift+Enter")             # submit: runs the family shown
     page.wait_for_selector("#fv-diffusion-metrics .fv-head-item", timeout=180_000)
-    # the grid, on the tuned blocks: a row per denoising step (BWEC commits a block a step where blocks
-    # are longer than 1, then CVC stops once the span has held the frozen stable_steps), a cell per position
+    # the grid, on the tuned blocks: a row per denoising step (the span settles at step 1; until it has held
+    # the frozen stable_steps, each step commits as usual: BWEC a block where blocks are longer than 1, the
+    # schedule one position on blocks of 1; then CVC stops), a cell per position
     stable = FROZEN_LATCH.stable_steps
-    bwec_rows = stable - 1 if FROZEN_BLOCK_LENGTH > 1 else 0
+    before = "bwec" if FROZEN_BLOCK_LENGTH > 1 else "schedule"
     rows = page.locator("#fv-diffusion-grid .fv-drow[data-step]")
-    assert rows.evaluate_all("rs => rs.map(r => r.dataset.rule)") == ["bwec"] * bwec_rows + ["cvc"] * (stable - bwec_rows)
+    assert rows.evaluate_all("rs => rs.map(r => r.dataset.rule)") == [before] * (stable - 1) + ["cvc"]
     assert rows.nth(0).locator(".fv-dc").count() == 48
     cvc = page.locator("#fv-diffusion-grid .fv-drow[data-rule=cvc]")
     assert cvc.is_visible() and "CVC fires" in cvc.locator(".fv-dlabel").inner_text()

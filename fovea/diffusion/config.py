@@ -94,10 +94,10 @@ class DiffusionDecodeConfig:
 
 
 # LATCH's frozen set (one for every task; see docs/latch.md for the tuning-seed sweep that chose it)
-FROZEN_LATCH = LatchConfig(cvc=True, tau_c=0.9, stable_steps=1, bwec=True, tau_b=0.99)
+FROZEN_LATCH = LatchConfig(cvc=True, tau_c=0.8, stable_steps=2, bwec=True, tau_b=0.99)
 # the fixed-region gate's threshold, chosen by the same sweep so that its mean NFE matches LATCH's: the
 # two stop rules are compared at the same speed
-FROZEN_GATE_THRESHOLD = 0.95
+FROZEN_GATE_THRESHOLD = 0.97
 PRESETS = {
     "full": DiffusionDecodeConfig("full"),
     "gate": DiffusionDecodeConfig("gate", gate=GateConfig(threshold=FROZEN_GATE_THRESHOLD)),
