@@ -111,6 +111,8 @@ def training_look(seed: int, family: str):
 
 
 HARD_FACES = tuple(face for face in FACES if face != "regular")
+# the label drills' faces by name (the trainers' --aux-looks and --focus-looks "labels" / "condensed")
+LABEL_FACES = {"labels": HARD_FACES, "condensed": ("condensed",)}
 
 
 def label_look(seed: int, family: str, faces: tuple[str, ...] = HARD_FACES):

@@ -42,9 +42,9 @@ from fovea.models.bundled import DEFAULT_TARGET_DIR, load_tokenizer, save_config
 from fovea.training.common import (AUTOCAST_CHOICES, Checkpointer, Timer, add_config_args, append_jsonl,
                                    bf16_autocast, config_from_args)
 from fovea.training.glyph_slots import GlyphSlotHead
-from fovea.training.target import (AUX_LOOKS, AUX_SEED_START, FOCUS_LOOKS, AuxHeads, TargetTrainConfig, aux_image_loss, aux_images,
-                                   drill_batch, evaluate, export, lr_wsd, parse_focus, probe, stop_on_sigterm,
-                                   to_device, training_batch, weighted_lm_loss)
+from fovea.training.target import (AUX_LOOKS, AUX_SEED_START, FOCUS_LOOKS, AuxHeads, TargetTrainConfig, aux_image_loss,
+                                   aux_images, drill_batch, evaluate, export, lr_wsd, parse_focus, probe,
+                                   stop_on_sigterm, to_device, training_batch, weighted_lm_loss)
 
 INITS = ("random", "stack")
 # what the student takes from the teacher unchanged and never trains (its decoder layers and final norm train)

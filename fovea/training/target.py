@@ -322,14 +322,14 @@ def focused_conversation(seed: int, turns: int, focus: list, share: float, focus
     (focused_task). A focused chart conversation is drawn per `focus_looks` (FOCUS_LOOKS): "labels" and
     "condensed" put it in looks.label_look (2-3-letter labels in a non-regular face, or the condensed
     face alone), so its questions read the labels that share a patch; never a held-out look."""
-    from fovea.data.looks import HARD_FACES, label_look
+    from fovea.data.looks import LABEL_FACES, label_look
 
     if focus_looks not in FOCUS_LOOKS:
         raise ValueError(f"focus_looks must be one of {FOCUS_LOOKS}, got {focus_looks!r}")
     family, task = focused_task(seed, focus, share)
     look = None
     if family == "chart" and focus_looks != "mixed":
-        look = label_look(seed, "chart", ("condensed",) if focus_looks == "condensed" else HARD_FACES)
+        look = label_look(seed, "chart", LABEL_FACES[focus_looks])
     return make_conversation(seed, turns, family, task, look=look)
 
 
@@ -359,7 +359,7 @@ def aux_images(start: int, step: int, n: int, families, size: int, looks: str = 
     in a bold, condensed or oblique face (looks.label_look); "condensed", as "labels" in the condensed face
     alone (the face of most held-out misreads). Never a held-out look. `slots`: the labels also hold
     "glyph_slots" (fovea.training.glyph_slots), for the glyph-slot loss and probe."""
-    from fovea.data.looks import HARD_FACES, label_look, training_look
+    from fovea.data.looks import LABEL_FACES, label_look, training_look
 
     if looks not in AUX_LOOKS:
         raise ValueError(f"looks must be one of {AUX_LOOKS}, got {looks!r}")
@@ -369,9 +369,8 @@ def aux_images(start: int, step: int, n: int, families, size: int, looks: str = 
             return make_conversation(seed, 1, family)
         if looks == "base":
             return make_sample(seed, family=family)
-        if looks in ("labels", "condensed") and seed % 2 == 0:
-            faces = ("condensed",) if looks == "condensed" else HARD_FACES
-            return make_sample(seed, family=family, look=label_look(seed, family, faces))
+        if looks in LABEL_FACES and seed % 2 == 0:
+            return make_sample(seed, family=family, look=label_look(seed, family, LABEL_FACES[looks]))
         return make_sample(seed, family=family, look=training_look(seed, family))
 
     records = [record(start + seed, families[seed % len(families)]) for seed in range(step * n, (step + 1) * n)]
