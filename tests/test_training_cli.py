@@ -367,6 +367,7 @@ def test_object_attribute_targets_follow_each_object_and_train_on_mention_states
 
 def test_rescore_rereads_saved_answers_at_their_slot_without_a_model(tmp_path):
     from fovea.data import eval_seeds
+    from fovea.jsonl import read_jsonl, write_jsonl_gz
     from fovea.training.evaluate import main as evaluate_main
 
     seed, s = next((seed, s) for seed, s in ((seed, make_sample(seed, "chart", "value")) for seed in eval_seeds(200))
@@ -378,12 +379,12 @@ def test_rescore_rereads_saved_answers_at_their_slot_without_a_model(tmp_path):
              "output": f"From left to right, the chart shows {label} is {s.short_answer}. So bar {label} has a value of {wrong}."}]
     out = tmp_path / "accuracy.json"
     out.write_text(json.dumps({"accuracy": {"train": {"chart/value": 1.0}}}))
-    (tmp_path / "accuracy_answers.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    write_jsonl_gz(tmp_path / "accuracy_answers.jsonl.gz", rows)
     evaluate_main(["--out", str(out), "--rescore"])
     report = json.loads(out.read_text())
     assert report["accuracy"] == {"train": {"chart/value": 0.0}} and not report["meets_bar"]
     assert "whole-word" in report["scorer_note"]
-    assert json.loads((tmp_path / "accuracy_answers.jsonl").read_text())["correct"] is False
+    assert read_jsonl(tmp_path / "accuracy_answers.jsonl.gz")[0]["correct"] is False
     with pytest.raises(SystemExit, match="run the evaluation first"):
         evaluate_main(["--out", str(tmp_path / "missing.json"), "--rescore"])
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from fovea.bench.methods import SWEEP_DRAFTERS, TREE_SHAPES, shape_name
 from fovea.bench.stats import correction_gain, family_mean_speedup, ranking
+from fovea.jsonl import read_jsonl, write_jsonl_gz
 from fovea.methods import CONTEXTS, FOVEA
 
 
@@ -124,20 +125,15 @@ ROWS_FILE = "rows.jsonl.gz"
 
 
 def write_rows(out: Path, rows: list[dict]) -> str:
-    """The per-question rows as gzipped JSON lines beside results.json (a tenth of their size inline;
-    the gzip header carries no time, so the same rows give the same bytes); returns the file name."""
-    import gzip
-
-    with open(out / ROWS_FILE, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
-        gz.write("".join(json.dumps(r) + "\n" for r in rows).encode())
+    """The per-question rows as gzipped JSON lines beside results.json (a tenth of their size inline);
+    returns the file name."""
+    write_jsonl_gz(out / ROWS_FILE, rows)
     return ROWS_FILE
 
 
 def read_rows(out: Path) -> list[dict]:
     """The rows `write_rows` wrote under `out`."""
-    import gzip
-
-    return [json.loads(line) for line in gzip.decompress((out / ROWS_FILE).read_bytes()).decode().splitlines()]
+    return read_jsonl(out / ROWS_FILE)
 
 
 def write_results(out: Path, meta: dict, summary: dict, rows: list[dict], methods: list[str],

@@ -3,32 +3,35 @@ target run (`python -m fovea.train target` or `deep`) as one PNG (drawn with Pil
 teacher-forced mention-token accuracy per task family, the per-patch probe accuracy per label kind
 and, when the run supervised attention, the grounding mass per decoder layer, against the step.
 
-Reads log.jsonl and curves.jsonl of each RUN_DIR (written by `python -m fovea.train target`). Several
-run dirs (a run continued with --init-from in a new dir) are joined in step order; where two cover
-the same step, the later dir wins.
+Reads log.jsonl and curves.jsonl of each RUN_DIR (written by `python -m fovea.train target`), or their
+gzipped copies (.gz, as committed under assets/results). Several run dirs (a run continued with
+--init-from in a new dir) are joined in step order; where two cover the same step, the later dir wins.
 """
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from PIL import Image, ImageDraw
+
+from fovea.jsonl import read_jsonl
 
 COLOURS = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75),
            (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207), (0, 0, 0))
 W, H, PAD = 420, 260, 44
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+def run_file(run: Path, name: str) -> Path | None:
+    """RUN/name, or its gzipped copy RUN/name.gz (a run committed under assets/results); None if neither."""
+    return next((p for p in (run / name, run / f"{name}.gz") if p.exists()), None)
 
 
 def joined(runs: list[Path], name: str) -> list[dict]:
     """The records of RUN/name over several runs by step; a later run overrides the steps it repeats."""
     by_step: dict[int, dict] = {}
     for run in runs:
-        for r in read_jsonl(run / name):
+        path = run_file(run, name)
+        for r in read_jsonl(path) if path else []:
             by_step[r["step"]] = r
     return [by_step[k] for k in sorted(by_step)]
 
@@ -113,7 +116,7 @@ def main(argv=None) -> None:
     p.add_argument("--out", type=Path, help="PNG path (default: the last RUN_DIR/curves.png)")
     args = p.parse_args(argv)
     for run in args.run_dirs:
-        if not (run / "log.jsonl").exists():
+        if run_file(run, "log.jsonl") is None:
             p.error(f"{run} has no log.jsonl; pass the --run-dir of `python -m fovea.train target`")
     print(draw(args.run_dirs, args.out or args.run_dirs[-1] / "curves.png"))
 

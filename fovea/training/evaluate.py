@@ -21,6 +21,7 @@ import torch
 from fovea.data import SPLITS, TASKS, eval_seeds, make_sample
 from fovea.data.looks import LOOKS
 from fovea.data.scoring import answer_correct
+from fovea.jsonl import read_jsonl, write_jsonl_gz
 from fovea.models.bundled import ASSETS, DEFAULT_TARGET_DIR, load_target
 from fovea.training.target import evaluate
 
@@ -115,7 +116,8 @@ def mention_shares(tokenizer, n: int) -> dict[str, float]:
 
 
 def answers_path(out: Path) -> Path:
-    return out.with_name(out.stem + "_answers.jsonl")
+    """Every question's output beside the report `out`, gzipped (as the bench's rows)."""
+    return out.with_name(out.stem + "_answers.jsonl.gz")
 
 
 def rescore(out: Path) -> None:
@@ -124,7 +126,7 @@ def rescore(out: Path) -> None:
     answers = answers_path(out)
     if not out.is_file() or not answers.is_file():
         raise SystemExit(f"--rescore needs {out} and {answers}; run the evaluation first")
-    rows = [json.loads(line) for line in answers.read_text().splitlines() if line.strip()]
+    rows = read_jsonl(answers)
     hits: dict[str, dict[str, list[bool]]] = {}
     for r in rows:
         family, task = r["task"].split("/")
@@ -142,7 +144,7 @@ def rescore(out: Path) -> None:
         report["scorer_note"] = ("re-scored with the slot scorer on " + time.strftime("%Y-%m-%d")
                                  + "; the whole-word scorer it replaced read: " + json.dumps(before))
     out.write_text(json.dumps(report, indent=2))
-    answers.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_jsonl_gz(answers, rows)
     print(json.dumps({k: report[k] for k in ("accuracy", "meets_bar", "misses")}, indent=2))
 
 
@@ -175,7 +177,7 @@ def main(argv=None) -> None:
               "minutes": round((time.time() - t0) / 60, 2), "threads": torch.get_num_threads()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
-    answers_path(args.out).write_text("".join(json.dumps(r) + "\n" for r in details))
+    write_jsonl_gz(answers_path(args.out), details)
     print(json.dumps({k: report[k] for k in ("accuracy", "meets_bar", "misses", "visual_probe_object_patches",
                                              "step_costs")},
                      indent=2))
