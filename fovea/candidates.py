@@ -17,6 +17,7 @@ from typing import Protocol
 
 import torch
 
+from fovea.checkpoints import check_correction_weights
 from fovea.config import FoveaConfig
 from fovea.draft import DraftTree, context_pairs, draft_tree, extend, image_states
 from fovea.drafter import Drafter
@@ -52,6 +53,7 @@ class TreeDrafter:
 
     def start(self, target, prompt, prefill, first: int, cfg: FoveaConfig) -> "TreeSession":
         d = self.drafter
+        check_correction_weights(d, cfg.correction)     # a twin saved without them cannot correct
         seq = torch.cat([prompt.input_ids[0].cpu(), torch.tensor([first])])
         if d.cfg.memory_source == "hidden":   # the target's last-layer states at the image positions
             visual = image_states(prefill.hidden, seq[:-1], target.image_token_id)

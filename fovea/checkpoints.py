@@ -2,8 +2,9 @@
 loader would fail with a library traceback.
 
 The loaders call these: `Drafter.from_pretrained` (weights file, config vs weights),
-`fovea.models.bundled.load_target` (weights files, tokenizer) and `FoveaPipeline` (a drafter bound
-to a target it was not built for). Everything is read from file headers and config values, so a
+`fovea.models.bundled.load_target` (weights files, tokenizer), `FoveaPipeline` (a drafter bound
+to a target it was not built for) and `TreeDrafter` (a request that enables the correction on a drafter
+saved without its correction weights). Everything is read from file headers and config values, so a
 check costs milliseconds and never loads a tensor; the one exception is `target_fingerprint`, a hash
 of the loaded target's LM head (~1 ms). Knows nothing about decoding.
 """
@@ -86,13 +87,14 @@ def config_error(path: Path, what: str, err: Exception) -> CheckpointError:
                            f"config.json saved with the {what}.")
 
 
-def check_state_shapes(model, path: Path, what: str) -> None:
-    """The weights in `path` fit `model` as its config built it: same tensor names, same shapes."""
+def check_state_shapes(model, path: Path, what: str, optional: tuple[str, ...] = ()) -> None:
+    """The weights in `path` fit `model` as its config built it: same tensor names, same shapes;
+    tensors whose names start with one of `optional` may be missing."""
     stored = safetensors_shapes(path, what)
     wanted = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     problems = [f"{k} is {_dims(stored[k])} in the weights but {_dims(v)} in the model its config builds"
                 for k, v in wanted.items() if k in stored and stored[k] != v]
-    problems += [f"{k} is missing from the weights" for k in wanted if k not in stored]
+    problems += [f"{k} is missing from the weights" for k in wanted if k not in stored and not k.startswith(optional)]
     problems += [f"{k} in the weights has no place in the model" for k in stored if k not in wanted]
     if problems:
         more = f" (and {len(problems) - 1} more tensors differ)" if len(problems) > 1 else ""
@@ -176,6 +178,18 @@ def check_drafter_fits_target(drafter, target, name: str = "drafter") -> None:
                           f"target has hidden size {target.hidden_size} and a {target.vocab_size}-token "
                           f"vocabulary; load the target it was trained with, or train a drafter for this target "
                           f"with {RETRAIN_DRAFTER}.")
+
+
+def check_correction_weights(drafter, correction) -> None:
+    """A request (or training run) that enables the correction (`correction`, a CorrectionConfig) needs a
+    drafter that holds its correction weights: one saved with the correction disabled has none (its
+    memory encoder, retriever and corrector would run as initialised), so it is refused."""
+    if correction.enabled and not getattr(drafter, "correction_weights", True):
+        source = getattr(drafter, "source", None)
+        raise CheckpointError(f"The drafter{f' at {source}' if source else ''} was saved with its correction "
+                              "disabled, without the correction weights, so it cannot correct; decode it with "
+                              "the correction off (a no-correction method), or use a FOVEA drafter trained with "
+                              f"the correction ({RETRAIN_DRAFTER}).")
 
 
 def check_tokenizer_files(folder: Path, what: str = "target") -> None:

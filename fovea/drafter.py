@@ -4,7 +4,8 @@ One (or two) decoder blocks read `fc([embed(next token); feature])`, where the f
 target's last hidden state (committed tokens) or the drafter's own state (tree nodes). Before the
 target's LM head, a draft state of depth <= `correction.max_depth` retrieves from the visual
 memory and adds a gated residual correction. The embedding and LM head are the target's, bound
-at run time and never saved with the drafter. `bind` moves the drafter to the target's device and
+at run time and never saved with the drafter; a drafter whose correction is disabled is saved without
+the correction's modules too (`CORRECTION_PARTS`). `bind` moves the drafter to the target's device and
 its calls move their inputs there, so the decode loop may hand it CPU tensors. Knows nothing about
 tree shapes or acceptance.
 """
@@ -27,6 +28,9 @@ from fovea.profile import NO_CLOCK, Clock
 from fovea.retrieval import Retrieved, Retriever
 
 KVList = list  # per layer (keys, values), each [B, H_kv, S, Dh]
+# the modules only the correction runs (memory -> retrieval -> correction): a drafter whose correction is
+# disabled (a no-correction twin) never trains them, so it is saved without them
+CORRECTION_PARTS = ("memory_encoder.", "retriever.", "corrector.")
 
 
 class Drafter(nn.Module):
@@ -48,6 +52,7 @@ class Drafter(nn.Module):
         self.bound_to: str | None = None      # fingerprint of the target it is bound to now
         self.trained_for_decoder: str | None = None  # the same by checkpoints.decoder_fingerprint (depth, norm, head)
         self.bound_to_decoder: str | None = None
+        self.correction_weights = True   # False: loaded without CORRECTION_PARTS, which keep their initialisation
 
     # ---- binding and persistence -------------------------------------------------------------
     def bind(self, target) -> "Drafter":
@@ -73,8 +78,9 @@ class Drafter(nn.Module):
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().to(dtype).contiguous() for k, v in self.state_dict().items()},
-                  str(folder / "model.safetensors"))
+        keep = self.correction_cfg.enabled
+        save_file({k: v.detach().to(dtype).contiguous() for k, v in self.state_dict().items()
+                   if keep or not k.startswith(CORRECTION_PARTS)}, str(folder / "model.safetensors"))
         meta = {"drafter": asdict(self.cfg), "correction": asdict(self.correction_cfg), "key_dim": self.key_dim,
                 "target_fingerprint": self.bound_to or self.trained_for,
                 "target_decoder_fingerprint": self.bound_to_decoder or self.trained_for_decoder}
@@ -100,9 +106,12 @@ class Drafter(nn.Module):
                         meta.get("key_dim", 128))
         except (KeyError, TypeError, ValueError) as err:
             raise config_error(folder / "config.json", "drafter", err) from err
-        check_state_shapes(model, folder / "model.safetensors", "drafter")
+        # a drafter saved with its correction disabled may lack CORRECTION_PARTS (save_pretrained)
+        optional = () if model.correction_cfg.enabled else CORRECTION_PARTS
+        check_state_shapes(model, folder / "model.safetensors", "drafter", optional)
         state = {k: v.float() for k, v in load_file(str(folder / "model.safetensors")).items()}
-        model.load_state_dict(state)
+        model.load_state_dict(state, strict=False)     # the check above named every tensor
+        model.correction_weights = all(k in state for k in model.state_dict() if k.startswith(CORRECTION_PARTS))
         model.source = str(folder)      # named in messages about this drafter (e.g. a target mismatch)
         model.trained_for = meta.get("target_fingerprint")
         model.trained_for_decoder = meta.get("target_decoder_fingerprint")

@@ -1,7 +1,8 @@
 """Unusable checkpoints are refused with one sentence (what is wrong, what to do), never a
 library traceback: truncated weights, a config that does not match its weights, a drafter built
-for another target, a target folder without its tokenizer. Each bad checkpoint is built in tmp_path
-from the committed assets or a tiny random model."""
+for another target, a target folder without its tokenizer, a twin saved without its correction
+weights asked to correct. Each bad checkpoint is built in tmp_path from the committed assets or a
+tiny random model."""
 import json
 import shutil
 
@@ -241,3 +242,43 @@ def test_a_drafter_set_beside_the_drafter_loads_where_built_for_the_target(tmp_p
     assert sorted(FoveaPipeline.from_pretrained(target=TARGET_DIR, drafter=alone / "drafter").drafters) == ["fovea"]
     assert {d.source for d in FoveaPipeline.from_pretrained().drafters.values()} == {
         str(bundled.ASSETS / n) for n in ("drafter", "drafter_nocorr", "drafter_text", "drafter_text_nocorr")}
+
+
+def test_a_twin_saved_without_its_correction_weights_drafts_the_same_and_refuses_to_correct(tiny_pipeline, tmp_path):
+    """A drafter whose correction is disabled is saved without the modules only the correction runs
+    (fovea.drafter.CORRECTION_PARTS); it reloads with the rest bit for bit and decodes with the
+    correction off, while a request or a training start that enables the correction on it is refused."""
+    import torch
+
+    from fovea.config import CorrectionConfig, FoveaConfig
+    from fovea.drafter import CORRECTION_PARTS
+    from fovea.methods import METHODS
+    from fovea.training.drafter_cli import warm_start
+
+    twin, fovea = tiny_pipeline.drafters["no_correction"], tiny_pipeline.drafters["fovea"]
+    twin.save_pretrained(tmp_path / "twin")
+    fovea.save_pretrained(tmp_path / "fovea")
+    saved = safetensors_shapes(tmp_path / "twin" / "model.safetensors", "drafter")
+    assert saved and not any(k.startswith(CORRECTION_PARTS) for k in saved)
+    assert any(k.startswith(CORRECTION_PARTS) for k in safetensors_shapes(tmp_path / "fovea" / "model.safetensors",
+                                                                          "drafter"))
+    loaded = Drafter.from_pretrained(tmp_path / "twin")
+    assert not loaded.correction_weights and Drafter.from_pretrained(tmp_path / "fovea").correction_weights
+    state = loaded.state_dict()
+    assert all(torch.equal(state[k], v.half().float()) for k, v in twin.state_dict().items() if k in saved)
+    pipe = FoveaPipeline(tiny_pipeline.target, {"no_correction": loaded})
+    image, question = tiny_pipeline.random_example("chart", 0)
+    cfg = FoveaConfig().replace(decoding={"max_new_tokens": 4})
+    assert pipe.generate(image, question, cfg, METHODS["no_correction"]).tokens
+    with pytest.raises(CheckpointError) as err:
+        pipe.generate(image, question, cfg, METHODS["fovea"].on("no_correction"))
+    assert "saved with its correction disabled" in one_sentence(err)
+    with pytest.raises(SystemExit, match="cannot correct"):
+        warm_start(Drafter(loaded.cfg), loaded)
+    warm_start(Drafter(loaded.cfg, CorrectionConfig(enabled=False)), loaded)     # its own kind: fine
+    meta = json.loads((tmp_path / "twin" / "config.json").read_text())
+    meta["correction"]["enabled"] = True                  # a config that corrects needs the weights in the file
+    (tmp_path / "twin" / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="is missing from the weights"):
+        Drafter.from_pretrained(tmp_path / "twin")
+

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from fovea.checkpoints import CheckpointError, check_correction_weights
 from fovea.config import CorrectionConfig, range_of
 from fovea.data import FAMILIES, make_sample
 from fovea.drafter import Drafter, drafter_config_for
@@ -101,6 +102,10 @@ def warm_start(drafter: Drafter, source: Drafter) -> None:
     if dataclasses.replace(source.cfg, num_layers=want, memory_source=drafter.cfg.memory_source) != drafter.cfg:
         raise SystemExit("--init-from drafter has another shape or context than the one being trained "
                          f"({source.cfg} vs {drafter.cfg})")
+    try:   # a twin saved without its correction weights cannot start a drafter that corrects
+        check_correction_weights(source, drafter.correction_cfg)
+    except CheckpointError as err:
+        raise SystemExit(f"--init-from: {err}") from err
     missing, unexpected = drafter.load_state_dict(source.state_dict(), strict=False)
     new_blocks = {f"blocks.{i}." for i in range(have, want)}
     if unexpected or any(not any(k.startswith(b) for b in new_blocks) for k in missing):
@@ -111,7 +116,7 @@ def warm_start(drafter: Drafter, source: Drafter) -> None:
             drafter.blocks[i].down.weight.zero_()
 
 
-# the parts a FOVEA drafter shares with its no-correction twin (the rest: memory encoder, retriever, corrector)
+# the parts a FOVEA drafter shares with its no-correction twin (the rest: fovea.drafter.CORRECTION_PARTS)
 BASE_PARTS = ("fc.", "blocks.", "norm.")
 # the pair's names in this run's checkpoints and metrics, whatever --context trains (fovea.methods.ROLES)
 FOVEA, TWIN, _ = ROLES
