@@ -2,7 +2,7 @@
 library traceback: truncated weights, a config that does not match its weights, a drafter built
 for another target, a target folder without its tokenizer, a twin saved without its correction
 weights asked to correct. Each bad checkpoint is built in tmp_path from the committed assets or a
-tiny random model."""
+tiny random model. And the committed assets stay within their size budget."""
 import json
 import shutil
 
@@ -282,3 +282,17 @@ def test_a_twin_saved_without_its_correction_weights_drafts_the_same_and_refuses
     with pytest.raises(CheckpointError, match="is missing from the weights"):
         Drafter.from_pretrained(tmp_path / "twin")
 
+
+ASSETS_BUDGET = 60 * 10**6     # bytes: what the repository ships under assets/ (room for a larger target)
+
+
+def test_the_committed_assets_stay_within_their_size_budget():
+    sizes: dict[str, int] = {}
+    for f in bundled.ASSETS.rglob("*"):
+        if f.is_file():
+            folder = "/".join(f.relative_to(bundled.ASSETS).parent.parts[:2]) or "."
+            sizes[folder] = sizes.get(folder, 0) + f.stat().st_size
+    total = sum(sizes.values())
+    biggest = ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in sorted(sizes.items(), key=lambda kv: -kv[1])[:6])
+    assert total <= ASSETS_BUDGET, (f"assets/ holds {total / 1e6:.1f} MB, over its {ASSETS_BUDGET / 1e6:.0f} MB "
+                                    f"budget; the biggest folders: {biggest}")
