@@ -1,12 +1,13 @@
 """Checks that turn an unusable checkpoint into one sentence (what is wrong, what to do) before a
 loader would fail with a library traceback.
 
-The loaders call these: `Drafter.from_pretrained` (weights file, config vs weights),
+The loaders call these: `Drafter.from_pretrained` (weights file, config vs weights, an adapter's base),
 `fovea.models.bundled.load_target` (weights files, tokenizer), `FoveaPipeline` (a drafter bound
 to a target it was not built for) and `TreeDrafter` (a request that enables the correction on a drafter
 saved without its correction weights). Everything is read from file headers and config values, so a
-check costs milliseconds and never loads a tensor; the one exception is `target_fingerprint`, a hash
-of the loaded target's LM head (~1 ms). Knows nothing about decoding.
+check costs milliseconds and never loads a tensor; the exceptions are `target_fingerprint`, a hash
+of the loaded target's LM head (~1 ms), and `tensors_fingerprint`, a hash of the base tensors an adapter
+drafter loads (~2 ms). Knows nothing about decoding.
 """
 from __future__ import annotations
 
@@ -87,10 +88,12 @@ def config_error(path: Path, what: str, err: Exception) -> CheckpointError:
                            f"config.json saved with the {what}.")
 
 
-def check_state_shapes(model, path: Path, what: str, optional: tuple[str, ...] = ()) -> None:
+def check_state_shapes(model, path: Path, what: str, optional: tuple[str, ...] = (),
+                       base: dict[str, tuple[int, ...]] | None = None) -> None:
     """The weights in `path` fit `model` as its config built it: same tensor names, same shapes;
-    tensors whose names start with one of `optional` may be missing."""
-    stored = safetensors_shapes(path, what)
+    tensors whose names start with one of `optional` may be missing. `base`: name -> shape of the
+    tensors an adapter loads from its base folder, checked as if they were in `path`."""
+    stored = {**(base or {}), **safetensors_shapes(path, what)}
     wanted = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     problems = [f"{k} is {_dims(stored[k])} in the weights but {_dims(v)} in the model its config builds"
                 for k, v in wanted.items() if k in stored and stored[k] != v]
@@ -101,6 +104,27 @@ def check_state_shapes(model, path: Path, what: str, optional: tuple[str, ...] =
         raise CheckpointError(f"The {what} at {Path(path).parent} does not match its config.json: {problems[0]}"
                               f"{more}; put back the config.json saved with these weights, or retrain it with "
                               f"{RETRAIN_DRAFTER}.")
+
+
+def tensors_fingerprint(state: dict) -> str:
+    """16 hex digits naming a set of saved tensors bit for bit: a hash of their names, dtypes, shapes and
+    bytes in name order (the base an adapter drafter names, `Drafter.save_pretrained`)."""
+    import torch
+
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        tensor = state[name].detach().to("cpu").contiguous()
+        digest.update(f"{name};{tensor.dtype};{list(tensor.shape)};".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def adapter_base_error(folder: Path, base: Path, problem: str) -> CheckpointError:
+    """The sentence for a drafter stored as an adapter whose base folder (named in its config.json) is
+    missing or holds other weights (`problem`)."""
+    return CheckpointError(f"The drafter at {folder} is stored as an adapter of the drafter at {base}, {problem}; "
+                           "keep the base it was saved with beside it (copy the two folders together), or save "
+                           "the drafter with its full weights (`Drafter.save_pretrained` without `base`).")
 
 
 class TargetMismatchWarning(UserWarning):

@@ -5,13 +5,16 @@ target's last hidden state (committed tokens) or the drafter's own state (tree n
 target's LM head, a draft state of depth <= `correction.max_depth` retrieves from the visual
 memory and adds a gated residual correction. The embedding and LM head are the target's, bound
 at run time and never saved with the drafter; a drafter whose correction is disabled is saved without
-the correction's modules too (`CORRECTION_PARTS`). `bind` moves the drafter to the target's device and
+the correction's modules too (`CORRECTION_PARTS`), and a FOVEA drafter whose base (`BASE_PARTS`) is its
+no-correction twin's bit for bit is saved as an adapter: its correction modules only, its config naming
+the twin's folder, from which it loads the base. `bind` moves the drafter to the target's device and
 its calls move their inputs there, so the decode loop may hand it CPU tensors. Knows nothing about
 tree shapes or acceptance.
 """
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -19,7 +22,7 @@ import torch
 from torch import nn
 
 from fovea import fused
-from fovea.checkpoints import decoder_fingerprint, target_fingerprint
+from fovea.checkpoints import decoder_fingerprint, target_fingerprint, tensors_fingerprint
 from fovea.config import CorrectionConfig, DrafterConfig, RetrievalConfig, from_dict
 from fovea.correction import GatedCorrection
 from fovea.layers import DecoderBlock, KVBuffer, RMSNorm, rotary, rotary_table
@@ -31,6 +34,10 @@ KVList = list  # per layer (keys, values), each [B, H_kv, S, Dh]
 # the modules only the correction runs (memory -> retrieval -> correction): a drafter whose correction is
 # disabled (a no-correction twin) never trains them, so it is saved without them
 CORRECTION_PARTS = ("memory_encoder.", "retriever.", "corrector.")
+# the parts a FOVEA drafter shares with its no-correction twin: an --adapter run freezes them at the twin's,
+# and saves the drafter without them (`save_pretrained(..., base=twin folder)`)
+BASE_PARTS = ("fc.", "blocks.", "norm.")
+WEIGHTS = "model.safetensors"
 
 
 class Drafter(nn.Module):
@@ -73,17 +80,29 @@ class Drafter(nn.Module):
     def device(self) -> torch.device:
         return self.fc.weight.device
 
-    def save_pretrained(self, folder, dtype: torch.dtype = torch.float16) -> None:
-        from safetensors.torch import save_file
+    def save_pretrained(self, folder, dtype: torch.dtype = torch.float16, base=None) -> None:
+        """config.json and the weights (`dtype`). `base`: the saved drafter folder this one's base was frozen
+        at (an --adapter run's twin); where this drafter's BASE_PARTS are that folder's bit for bit, they are
+        left out and config.json names the base (its path relative to `folder`, its fingerprint), PEFT-style;
+        otherwise everything is saved."""
+        from safetensors.torch import load_file, save_file
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         keep = self.correction_cfg.enabled
-        save_file({k: v.detach().to(dtype).contiguous() for k, v in self.state_dict().items()
-                   if keep or not k.startswith(CORRECTION_PARTS)}, str(folder / "model.safetensors"))
+        state = {k: v.detach().to(dtype).contiguous() for k, v in self.state_dict().items()
+                 if keep or not k.startswith(CORRECTION_PARTS)}
         meta = {"drafter": asdict(self.cfg), "correction": asdict(self.correction_cfg), "key_dim": self.key_dim,
                 "target_fingerprint": self.bound_to or self.trained_for,
                 "target_decoder_fingerprint": self.bound_to_decoder or self.trained_for_decoder}
+        if base is not None and keep:
+            shared = {k: v for k, v in state.items() if k.startswith(BASE_PARTS)}
+            stored = {k: v for k, v in load_file(str(Path(base) / WEIGHTS)).items() if k.startswith(BASE_PARTS)}
+            if (fingerprint := tensors_fingerprint(stored)) == tensors_fingerprint(shared):
+                state = {k: v for k, v in state.items() if k not in shared}
+                meta["base"] = {"folder": os.path.relpath(Path(base).absolute(), folder.absolute()),
+                                "fingerprint": fingerprint}
+        save_file(state, str(folder / WEIGHTS))
         (folder / "config.json").write_text(json.dumps(meta, indent=2))
 
     @classmethod
@@ -96,8 +115,8 @@ class Drafter(nn.Module):
 
         folder = Path(folder)
         if not folder.exists() and looks_like_hub_id(str(folder)):
-            folder = resolve_pretrained(str(folder), "drafter", ["config.json", "model.safetensors"], offline)
-        if not (folder / "config.json").exists() or not (folder / "model.safetensors").exists():
+            folder = resolve_pretrained(str(folder), "drafter", ["config.json", WEIGHTS], offline)
+        if not (folder / "config.json").exists() or not (folder / WEIGHTS).exists():
             raise FileNotFoundError(f"{folder} is not a drafter folder (needs config.json and model.safetensors)")
         # unusable checkpoints (bad config, truncated weights, config vs weights) raise CheckpointError
         meta = read_config(folder / "config.json", "drafter")
@@ -106,10 +125,12 @@ class Drafter(nn.Module):
                         meta.get("key_dim", 128))
         except (KeyError, TypeError, ValueError) as err:
             raise config_error(folder / "config.json", "drafter", err) from err
-        # a drafter saved with its correction disabled may lack CORRECTION_PARTS (save_pretrained)
+        # a drafter saved with its correction disabled may lack CORRECTION_PARTS, an adapter BASE_PARTS,
+        # which its base folder holds (save_pretrained)
         optional = () if model.correction_cfg.enabled else CORRECTION_PARTS
-        check_state_shapes(model, folder / "model.safetensors", "drafter", optional)
-        state = {k: v.float() for k, v in load_file(str(folder / "model.safetensors")).items()}
+        base = _adapter_base(folder, meta["base"]) if "base" in meta else {}
+        check_state_shapes(model, folder / WEIGHTS, "drafter", optional, {k: tuple(v.shape) for k, v in base.items()})
+        state = {k: v.float() for k, v in {**base, **load_file(str(folder / WEIGHTS))}.items()}
         model.load_state_dict(state, strict=False)     # the check above named every tensor
         model.correction_weights = all(k in state for k in model.state_dict() if k.startswith(CORRECTION_PARTS))
         model.source = str(folder)      # named in messages about this drafter (e.g. a target mismatch)
@@ -254,6 +275,27 @@ class Drafter(nn.Module):
         """h [S, D] -> LM-head logits [S, V] with no correction (RMSNorm + the target's head); the
         trace also reads it on corrected states, to show what the correction changed."""
         return self.norm(h) @ self.lm_head_weight.T
+
+
+def _adapter_base(folder: Path, entry) -> dict[str, torch.Tensor]:
+    """An adapter's BASE_PARTS as saved (float16) in the drafter folder its config.json names (`entry`:
+    {"folder": relative to `folder`, "fingerprint"}), refused where missing or not the weights it was saved with."""
+    from safetensors.torch import load_file
+
+    from fovea.checkpoints import adapter_base_error, config_error, safetensors_shapes
+
+    try:
+        base, fingerprint = Path(os.path.normpath(folder / entry["folder"])), entry["fingerprint"]
+    except (KeyError, TypeError) as err:
+        raise config_error(folder / "config.json", "drafter", err) from err
+    if not (base / WEIGHTS).exists():
+        raise adapter_base_error(folder, base, "which is missing")
+    safetensors_shapes(base / WEIGHTS, "drafter")           # a truncated base is named as such
+    state = {k: v for k, v in load_file(str(base / WEIGHTS)).items() if k.startswith(BASE_PARTS)}
+    if (found := tensors_fingerprint(state)) != fingerprint:
+        raise adapter_base_error(folder, base, f"whose weights are not the ones it was saved with (fingerprint "
+                                               f"{found}, saved with {fingerprint})")
+    return state
 
 
 def drafter_config_for(target, num_layers: int = 1, context: str = "full") -> DrafterConfig:

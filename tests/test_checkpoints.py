@@ -283,6 +283,35 @@ def test_a_twin_saved_without_its_correction_weights_drafts_the_same_and_refuses
         Drafter.from_pretrained(tmp_path / "twin")
 
 
+def test_a_fovea_drafter_saved_as_an_adapter_of_its_twin_loads_the_same(tiny_pipeline, tmp_path):
+    """`save_pretrained(folder, base=twin folder)` leaves out the base (BASE_PARTS) where it is the twin's bit
+    for bit, and config.json names the twin's folder (relative) and fingerprint; the adapter reloads equal
+    to the drafter saved in full, and a drafter whose base is not the twin's is saved in full."""
+    import copy as copies
+
+    import torch
+
+    from fovea.drafter import BASE_PARTS, CORRECTION_PARTS
+
+    twin, fovea = tiny_pipeline.drafters["no_correction"], copies.deepcopy(tiny_pipeline.drafters["fovea"])
+    fovea.load_state_dict({k: v for k, v in twin.state_dict().items() if k.startswith(BASE_PARTS)}, strict=False)
+    twin.save_pretrained(tmp_path / "twin")
+    fovea.save_pretrained(tmp_path / "full")
+    fovea.save_pretrained(tmp_path / "set" / "adapter", base=tmp_path / "twin")
+    meta = json.loads((tmp_path / "set" / "adapter" / "config.json").read_text())
+    assert meta["base"]["folder"] == "../../twin" and len(meta["base"]["fingerprint"]) == 16
+    saved = safetensors_shapes(tmp_path / "set" / "adapter" / "model.safetensors", "drafter")
+    assert saved and all(k.startswith(CORRECTION_PARTS) for k in saved)
+    adapter, full = (Drafter.from_pretrained(tmp_path / f).state_dict() for f in ("set/adapter", "full"))
+    assert adapter.keys() == full.keys() and all(torch.equal(adapter[k], full[k]) for k in full)
+    assert "base" not in json.loads((tmp_path / "full" / "config.json").read_text())   # the full format loads too
+    with torch.no_grad():
+        fovea.fc.bias.add_(1.0)             # a base of its own: nothing to share
+    fovea.save_pretrained(tmp_path / "own", base=tmp_path / "twin")
+    assert "base" not in json.loads((tmp_path / "own" / "config.json").read_text())
+    assert "fc.bias" in safetensors_shapes(tmp_path / "own" / "model.safetensors", "drafter")
+
+
 ASSETS_BUDGET = 60 * 10**6     # bytes: what the repository ships under assets/ (room for a larger target)
 
 

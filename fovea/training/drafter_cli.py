@@ -16,7 +16,7 @@ from tqdm import tqdm
 from fovea.checkpoints import CheckpointError, check_correction_weights
 from fovea.config import CorrectionConfig, range_of
 from fovea.data import FAMILIES, make_sample
-from fovea.drafter import Drafter, drafter_config_for
+from fovea.drafter import BASE_PARTS, Drafter, drafter_config_for
 from fovea.methods import FULL, ROLES
 from fovea.models.bundled import ASSETS, DEFAULT_TARGET_DIR, load_target, save_config_json
 from fovea.training.common import (AUTOCAST_CHOICES, Checkpointer, Timer, add_config_args, append_jsonl, bf16_autocast,
@@ -116,8 +116,6 @@ def warm_start(drafter: Drafter, source: Drafter) -> None:
             drafter.blocks[i].down.weight.zero_()
 
 
-# the parts a FOVEA drafter shares with its no-correction twin (the rest: fovea.drafter.CORRECTION_PARTS)
-BASE_PARTS = ("fc.", "blocks.", "norm.")
 # the pair's names in this run's checkpoints and metrics, whatever --context trains (fovea.methods.ROLES)
 FOVEA, TWIN, _ = ROLES
 
@@ -280,7 +278,8 @@ def main(argv=None) -> None:
     exports = [(FOVEA, args.out), *([] if args.adapter else [(TWIN, args.baseline_out)]),
                *variants.items()]
     for name, folder in exports:
-        drafters[name].eval().save_pretrained(folder)
+        # an adapter is saved without the twin's base it froze, naming the twin's folder (fovea.drafter)
+        drafters[name].eval().save_pretrained(folder, base=args.init_from[1] if args.adapter else None)
         # an adapter's shared parts are its twin's, trained `before` steps: "steps" stays the twin's, so the
         # pair still continues together; the correction-only steps are counted apart
         steps = {"steps": before, "adapter_of": str(args.init_from[1]),

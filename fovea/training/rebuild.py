@@ -7,7 +7,9 @@ own run directory (resumable: re-run the same command after an interruption) and
 1. `pair_full`: the full-context FOVEA drafter and its no-correction twin continue together for 600
    steps on fresh batches (the twin is exported to its shipped folder, `fovea.methods.CONTEXTS`);
 2. `adapter_full`: the shipped full-context FOVEA drafter, the twin's frozen base plus a correction
-   with an image-state memory and retrieval grounding (`--adapter`), 500 steps;
+   with an image-state memory and retrieval grounding (`--adapter`), 500 steps, exported as an adapter
+   that loads its base from the twin's folder beside it (so between steps 1 and 2 the shipped FOVEA
+   drafter is refused: its base changed);
 3. `pair_text`, 4. `deep_text`: the same for the text context; the correction is the shipped 64-wide
    one corrected at every depth, trained on depths 0-3 (`--unroll 4`), 800 steps;
 5. `assistant`: the `generate(assistant_model=...)` baseline's small LM, retrained on the world's text.
