@@ -1,10 +1,13 @@
 """Unusable checkpoints are refused with one sentence (what is wrong, what to do), never a
 library traceback: truncated weights, a config that does not match its weights, a drafter built
 for another target, a target folder without its tokenizer, a twin saved without its correction
-weights asked to correct. Each bad checkpoint is built in tmp_path from the committed assets or a
-tiny random model. And the committed assets stay within their size budget."""
+weights asked to correct, a drafter stored as an adapter whose base is missing or changed. Each bad
+checkpoint is built in tmp_path from the committed assets or a tiny random model. And the committed
+assets stay within their size budget."""
 import json
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -28,7 +31,11 @@ def one_sentence(err: pytest.ExceptionInfo) -> str:
 
 
 def copy(src, dst):
+    """A checkpoint folder copied; a drafter stored as an adapter brings its base along, beside it as in assets/."""
     shutil.copytree(src, dst)
+    base = json.loads((src / "config.json").read_text()).get("base")
+    if base:
+        shutil.copytree(src / base["folder"], dst / base["folder"])
     return dst
 
 
@@ -80,9 +87,9 @@ def test_drafter_weights_with_a_missing_tensor(tmp_path):
 
     folder = copy(DRAFTER_DIR, tmp_path / "drafter")
     state = load_file(str(folder / "model.safetensors"))
-    state.pop("fc.bias")
+    state.pop("corrector.f.0.bias")
     save_file(state, str(folder / "model.safetensors"))
-    with pytest.raises(CheckpointError, match="fc.bias is missing from the weights"):
+    with pytest.raises(CheckpointError, match="corrector.f.0.bias is missing from the weights"):
         Drafter.from_pretrained(folder)
 
 
@@ -227,8 +234,8 @@ def test_the_committed_drafters_name_their_target_and_not_the_deep_candidate():
 def test_a_drafter_set_beside_the_drafter_loads_where_built_for_the_target(tmp_path):
     """`from_pretrained(target, drafter)` takes the twin and the other contexts' pair from the folder that
     holds the drafter (a `rebuild --assets` set), each only where it was trained for the loaded target."""
-    for name in ("drafter", "drafter_nocorr", "drafter_text", "drafter_text_nocorr"):
-        copy(bundled.ASSETS / name, tmp_path / name)
+    for name in ("drafter", "drafter_nocorr", "drafter_text", "drafter_text_nocorr"):   # the set, as it is
+        shutil.copytree(bundled.ASSETS / name, tmp_path / name)
     other = tmp_path / "drafter_text_nocorr" / "config.json"
     meta = json.loads(other.read_text())
     meta["target_fingerprint"] = meta["target_decoder_fingerprint"] = "0000000000000000"  # another target's
@@ -238,7 +245,8 @@ def test_a_drafter_set_beside_the_drafter_loads_where_built_for_the_target(tmp_p
     assert {d.source for d in pipe.drafters.values()} == {str(tmp_path / n) for n in
                                                           ("drafter", "drafter_nocorr", "drafter_text")}
     alone = tmp_path / "alone"
-    copy(bundled.ASSETS / "drafter", alone / "drafter")       # a set of one: no twin to race
+    # a set of one, no twin to race: the FOVEA drafter saved with its full weights, its twin's base included
+    Drafter.from_pretrained(bundled.ASSETS / "drafter").save_pretrained(alone / "drafter")
     assert sorted(FoveaPipeline.from_pretrained(target=TARGET_DIR, drafter=alone / "drafter").drafters) == ["fovea"]
     assert {d.source for d in FoveaPipeline.from_pretrained().drafters.values()} == {
         str(bundled.ASSETS / n) for n in ("drafter", "drafter_nocorr", "drafter_text", "drafter_text_nocorr")}
@@ -310,6 +318,31 @@ def test_a_fovea_drafter_saved_as_an_adapter_of_its_twin_loads_the_same(tiny_pip
     fovea.save_pretrained(tmp_path / "own", base=tmp_path / "twin")
     assert "base" not in json.loads((tmp_path / "own" / "config.json").read_text())
     assert "fc.bias" in safetensors_shapes(tmp_path / "own" / "model.safetensors", "drafter")
+
+
+@needs_assets
+def test_an_adapter_without_its_base_or_with_another_base_is_refused(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    alone = tmp_path / "drafter"
+    shutil.copytree(DRAFTER_DIR, alone)              # without the base beside it
+    with pytest.raises(CheckpointError) as err:
+        Drafter.from_pretrained(alone)
+    text = one_sentence(err)
+    assert f"The drafter at {alone} is stored as an adapter of the drafter at {tmp_path}/" in text
+    assert "which is missing" in text and "copy the two folders together" in text and "full weights" in text
+    relative = json.loads((DRAFTER_DIR / "config.json").read_text())["base"]["folder"]
+    base = Path(os.path.normpath(alone / relative))
+    shutil.copytree(os.path.normpath(DRAFTER_DIR / relative), base)
+    Drafter.from_pretrained(alone)                  # the base back beside it: loads
+    state = load_file(str(base / "model.safetensors"))
+    state["fc.bias"][0] += 1                        # a retrained twin
+    save_file(state, str(base / "model.safetensors"))
+    with pytest.raises(CheckpointError) as err:
+        Drafter.from_pretrained(alone)
+    text = one_sentence(err)
+    assert f"adapter of the drafter at {base}, whose weights are not the ones it was saved with" in text
+    assert "keep the base it was saved with beside it" in text
 
 
 ASSETS_BUDGET = 60 * 10**6     # bytes: what the repository ships under assets/ (room for a larger target)
