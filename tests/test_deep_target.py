@@ -221,6 +221,32 @@ def test_deep_cli_refuses_tower_steps_without_aux_images(tmp_path, capsys):
     with pytest.raises(SystemExit):
         parse_args(["--focus-looks", "held_out", "--run-dir", str(tmp_path)])
     assert "--focus-looks" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--aux-families", "ocr", "diagram", "--run-dir", str(tmp_path)])
+    assert "--aux-families" in capsys.readouterr().err
+
+
+def test_a_slot_run_exports_its_slot_head_and_a_continuation_goes_on_with_it(teacher_and_tokenizer, tmp_path):
+    """A continuation (--init-from) of a run with the glyph-slot loss starts from the exported slot head,
+    not from a fresh one whose first gradients would reach the tower."""
+    from safetensors.torch import load_file
+
+    from fovea.training.deep import SLOT_HEAD_FILE, main
+
+    teacher, tok = teacher_and_tokenizer
+    teacher.save_pretrained(tmp_path / "teacher")
+    tok.save_pretrained(tmp_path / "teacher")
+    common = ["--teacher", str(tmp_path / "teacher"), "--layers", str(2 * teacher.config.text_config.num_hidden_layers),
+              "--intermediate-size", "32", "--batch-size", "1", "--turns", "1", "--vision-lr-scale", "1",
+              "--aux-images", "2", "--aux-families", "ocr", "--slot-weight", "1", "--warmup", "1",
+              "--probe-every", "1000", "--eval-every", "1000", "--threads", "1", "--autocast", "fp32"]
+    main(common + ["--total-steps", "1", "--run-dir", str(tmp_path / "r1"), "--out", str(tmp_path / "v1")])
+    first = load_file(str(tmp_path / "v1" / SLOT_HEAD_FILE))
+    # lr 0: the continuation's slot head is the exported one, untouched
+    main(common + ["--total-steps", "2", "--lr", "0", "--init-from", str(tmp_path / "v1"),
+                   "--run-dir", str(tmp_path / "r2"), "--out", str(tmp_path / "v2")])
+    second = load_file(str(tmp_path / "v2" / SLOT_HEAD_FILE))
+    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
 
 
 def test_focused_chart_conversations_can_be_drawn_in_label_looks():

@@ -36,8 +36,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
+from fovea.data import FAMILIES
 from fovea.models.bundled import DEFAULT_TARGET_DIR, load_tokenizer, save_config_json
 from fovea.training.common import (AUTOCAST_CHOICES, Checkpointer, Timer, add_config_args, append_jsonl,
                                    bf16_autocast, config_from_args)
@@ -49,6 +51,11 @@ from fovea.training.target import (AUX_LOOKS, AUX_SEED_START, FOCUS_LOOKS, AuxHe
 INITS = ("random", "stack")
 # what the student takes from the teacher unchanged and never trains (its decoder layers and final norm train)
 VISION_PREFIXES = ("model.vision_tower.", "model.multi_modal_projector.")
+# the aux-only images (--aux-images), in turn, drawn in training looks: glyphs on charts first
+AUX_FAMILIES = ("chart", "chart", "ocr", "scene")
+# a run's glyph-slot head, exported beside aux_heads.safetensors so that a continuation (--init-from)
+# goes on with the trained head instead of a fresh one whose first gradients (at 10x lr) reach the tower
+SLOT_HEAD_FILE = "glyph_slots.safetensors"
 FROZEN_PREFIXES = VISION_PREFIXES + ("model.language_model.embed_tokens.", "lm_head.")
 
 
@@ -73,6 +80,7 @@ class DeepTargetConfig:
     vision_lr_scale: float = 0.0    # > 0: the vision tower and projector train at lr x this; 0: frozen
     aux_weight: float = 0.5         # the per-patch label loss on the visual tokens (only when the vision trains)
     aux_images: int = 0             # extra images per step through the vision tower alone, for that loss
+    aux_families: tuple = AUX_FAMILIES  # the families those images are drawn from, in turn
     aux_looks: str = "mixed"        # those images' looks (target.AUX_LOOKS): "wide" draws every chart and scene
                                     # in a training look, where "mixed" leaves half in the base look; "labels"
                                     # puts half the charts in 2-3-letter labels in non-regular faces,
@@ -289,14 +297,8 @@ def probe_layout(student, aux, tokenizer) -> dict:
     return {k: v for k, v in out.items() if k.startswith(("probe/", "chart/"))}
 
 
-# the aux-only images (--aux-images), in turn, drawn in training looks: glyphs on charts first
-AUX_FAMILIES = ("chart", "chart", "ocr", "scene")
-
-
 def load_aux_heads(aux: AuxHeads, folder: Path) -> None:
     """An export's per-patch heads (aux_heads.safetensors) into `aux`, float32, where the file exists."""
-    from safetensors.torch import load_file
-
     path = folder / "aux_heads.safetensors"
     if path.exists():
         aux.load_state_dict({k: v.float() for k, v in load_file(str(path)).items()}, strict=False)
@@ -378,6 +380,8 @@ def parse_args(argv=None):
         p.error(f"--focus-looks must be one of {FOCUS_LOOKS}, got {args.focus_looks!r}")
     if args.aux_looks not in AUX_LOOKS:
         p.error(f"--aux-looks must be one of {AUX_LOOKS}, got {args.aux_looks!r}")
+    if not args.aux_families or set(args.aux_families) - set(FAMILIES):
+        p.error(f"--aux-families must name families among {list(FAMILIES)}, got {list(args.aux_families)}")
     if args.vision_lr_scale < 0:
         p.error(f"--vision-lr-scale must be >= 0 (0 keeps the vision tower frozen), got {args.vision_lr_scale}")
     if not (args.teacher / "config.json").exists():
@@ -419,6 +423,8 @@ def main(argv=None) -> None:
         step = warm_start = load_student(student, args.init_from)
         if cfg.vision_lr_scale > 0:   # a trained tower continues with its own heads, not the teacher's
             load_aux_heads(own_aux, args.init_from)
+        if slots is not None and (args.init_from / SLOT_HEAD_FILE).exists():
+            slots.load_state_dict(load_file(str(args.init_from / SLOT_HEAD_FILE)))
     student.to(device), teacher.to(device), aux.to(device), heads.to(device)
     hooks = (LayerOutputs(student), LayerOutputs(teacher))
     vision = (ProjectedTokens(student), heads) if cfg.vision_lr_scale > 0 else None
@@ -444,7 +450,7 @@ def main(argv=None) -> None:
         batch = {} if tower_only else training_batch(step, recipe, tokenizer, student, focus, args.focus_share)
         if vision and cfg.aux_images:
             batch["aux_pixels"], batch["aux_labels"] = aux_images(
-                AUX_SEED_START, step, cfg.aux_images, AUX_FAMILIES, student.config.vision_config.image_size,
+                AUX_SEED_START, step, cfg.aux_images, cfg.aux_families, student.config.vision_config.image_size,
                 looks=cfg.aux_looks, slots=slots is not None)
         batch = to_device(batch, device)
         with autocast:
@@ -482,6 +488,9 @@ def main(argv=None) -> None:
         vision[0].remove()
     # a trained vision tower's heads are its own; a frozen tower's are the teacher's, copied
     export(student.cpu().float(), tokenizer, args.out, cfg, step, aux=own_aux.cpu() if vision else None, run_dir=run)
+    if slots is not None:
+        save_file({k: v.detach().cpu().contiguous() for k, v in slots.state_dict().items()},
+                  str(args.out / SLOT_HEAD_FILE))
     if not vision and (args.teacher / "aux_heads.safetensors").exists():
         import shutil
         shutil.copy(args.teacher / "aux_heads.safetensors", args.out / "aux_heads.safetensors")
