@@ -15,6 +15,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from fovea.jsonl import read_jsonl
 from fovea.training.dump import RUNS, bytes_per_sample
 from fovea.training.dumps import DumpHead, read_index
 
@@ -52,7 +53,7 @@ def measured(folder: Path) -> dict:
     ground = "ground" in _first_keys(folder, entries[0])
     formula = sum(bytes_per_sample(e["tokens"], e["visual"], head.hidden_size, 2, head.meta["top_k"], ground)
                   for e in entries) / n
-    runs = [json.loads(x) for x in (folder / RUNS).read_text().splitlines()] if (folder / RUNS).exists() else []
+    runs = read_jsonl(folder / RUNS) if (folder / RUNS).exists() else []
     written, seconds = sum(r["written"] for r in runs), sum(r["seconds"] for r in runs)
     return {"target": head.meta["target"], "samples": n, "hidden": head.hidden_size, "dtype": head.meta["dtype"],
             "grounding_labels": ground, "mean_tokens": sum(e["tokens"] for e in entries) / n,

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from fovea.config import DrafterConfig
+from fovea.jsonl import read_jsonl
 from fovea.training.dump import HEAD, INDEX, META, DumpError
 
 
@@ -76,8 +77,7 @@ def dumped_inputs(head: DumpHead):
 
 def read_index(folder: str | Path) -> list[dict]:
     """The index entries of a dump, sorted by sample id."""
-    lines = (Path(folder) / INDEX).read_text().splitlines()
-    return sorted((json.loads(x) for x in lines if x.strip()), key=lambda e: e["id"])
+    return sorted(read_jsonl(Path(folder) / INDEX), key=lambda e: e["id"])
 
 
 class DumpDataset(torch.utils.data.Dataset):
