@@ -259,3 +259,25 @@ def test_tree_sweep_shapes_are_parsed_and_checked_against_the_tree_ranges(capsys
         with pytest.raises(SystemExit):
             parse_args(["--tree-sweep", "--shapes", bad])
         assert says in capsys.readouterr().err
+
+
+def test_repeats_time_every_question_several_times_and_keep_the_median(tmp_path, capsys):
+    """`--repeats 3`: each method decodes each question three times (the tokens are the same each time),
+    and a row's wall time is the median of its three timings, all of them kept beside it."""
+    import statistics
+
+    from fovea.bench.cli import parse_args
+    from fovea.bench.report import read_rows
+
+    main(["--tiny-random", "--n", "2", "--max-new-tokens", "6", "--no-analyses", "--repeats", "3",
+          "--methods", "autoregressive", "fovea", "--out", str(tmp_path)])
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["meta"]["repeats"] == 3 and data["summary"]["all"]["fovea"]["lossless"] is True
+    rows = read_rows(tmp_path)
+    assert len(rows) == 2 * 2
+    for r in rows:
+        assert len(r["walls"]) == 3 and r["wall_s"] == statistics.median(r["walls"]) and r["identical_to_ar"]
+    assert "each question timed 3 times per method" in (tmp_path / "results.md").read_text()
+    with pytest.raises(SystemExit):
+        parse_args(["--repeats", "0"])
+    assert "--repeats must be >= 1" in capsys.readouterr().err

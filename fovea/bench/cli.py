@@ -128,6 +128,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--analysis-n", type=int,
                    help="held-out questions for the diagnostics (the same seeds the bench starts with)")
     p.add_argument("--analysis-tokens", type=int, help="max new tokens for the diagnostics")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="time every question this many times per method (each pass interleaved, the order rotated "
+                        "again) and take the median wall time per question: less of the machine's jitter in each "
+                        "question's figure, at that many times the run time (benchmark and sweeps)")
     p.add_argument("--cold-start", action=argparse.BooleanOptionalAction, default=None,
                    help="also time a fresh process loading the bundled default and answering one question "
                         "(on in the default preset)")
@@ -152,7 +156,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("run one of " + ", ".join("--" + f.replace("_", "-") for f in modes) + " at a time")
     if (args.compile_check or args.lever_check) and not args.profile:
         p.error("--compile-check and --lever-check are parts of --profile: add --profile")
-    for name in ("n", "max_new_tokens", "threads", "analysis_n", "analysis_tokens"):
+    for name in ("n", "max_new_tokens", "threads", "analysis_n", "analysis_tokens", "repeats"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     return args
@@ -230,7 +234,7 @@ def main(argv=None) -> None:
     from fovea.bench.mmspec import bench_questions, write_by_category
 
     rows = run_speed(pipe, bench_questions(args.mmspec, n) if args.mmspec else held_out(n), methods, base, assistant,
-                     table)
+                     table, repeats=args.repeats)
     summary = summarise(rows, methods)
     analyses = None
     if preset["analyses"] if args.analyses is None else args.analyses:
@@ -239,7 +243,7 @@ def main(argv=None) -> None:
         tokens = args.analysis_tokens or preset["analysis_tokens"]
         analyses = run_analyses(pipe, held_out(args.analysis_n or preset["analysis_n"]),
                                 base.replace(decoding={"max_new_tokens": tokens}))
-    meta = {**run_meta(args.argv, n, base), "config": dataclasses.asdict(base),
+    meta = {**run_meta(args.argv, n, base, args.repeats), "config": dataclasses.asdict(base),
             "cold_start": cold_start_seconds() if (preset.get("cold_start", False) if args.cold_start is None
                                                   else args.cold_start) and not args.tiny_random else None}
     meta["run_minutes"] = round((time.perf_counter() - t_start) / 60, 1)

@@ -13,9 +13,16 @@ from fovea.jsonl import read_jsonl, write_jsonl_gz
 from fovea.methods import CONTEXTS, FOVEA
 
 
+def repeats_note(meta: dict) -> str:
+    """How each question's wall time was taken, where it was timed more than once (`--repeats`)."""
+    r = meta.get("repeats", 1)
+    return f"; each question timed {r} times per method, its wall time the median" if r > 1 else ""
+
+
 def markdown(summary: dict, methods: list[str], meta: dict) -> str:
     lines = [f"Benchmark {meta['date']} on {meta['machine']}; {meta.get('n_questions')} held-out questions, "
              f"max {meta.get('max_new_tokens')} new tokens, greedy"
+             + repeats_note(meta)
              + (f"; speed part took {meta['run_minutes']} min" if meta.get("run_minutes") is not None else "")
              + f". Command: `{meta['command']}`", ""]
     if meta.get("cold_start"):
@@ -77,7 +84,7 @@ def tree_sweep_markdown(summary: dict, meta: dict, shapes=TREE_SHAPES, drafters=
     head = " | ".join(f"{d} speedup | {d} tau (+bonus)" for d in drafters)
     lines = [f"Tree-shape sweep {meta['date']} on {meta['machine']}; {meta['n_questions']} tuning questions "
              f"(fovea.data.tuning_seeds, disjoint from the benchmark's), max {meta['max_new_tokens']} new tokens, "
-             f"greedy; took {meta['run_minutes']} min. Command: `{meta['command']}`", "",
+             f"greedy{repeats_note(meta)}; took {meta['run_minutes']} min. Command: `{meta['command']}`", "",
              f"| depth | top_k | nodes verified | {head} | lossless |", "|" + "---|" * (4 + 2 * len(drafters))]
     score = {}
     for shape in shapes:
@@ -103,7 +110,7 @@ def pair_sweep_markdown(summary: dict, meta: dict, kind: str, legend: str, label
     allf = summary["all"]
     lines = [f"{kind.capitalize()} sweep {meta['date']} on {meta['machine']}; {meta['n_questions']} tuning questions "
              f"(fovea.data.tuning_seeds, disjoint from the benchmark's), max {meta['max_new_tokens']} new tokens, "
-             f"greedy; took {meta['run_minutes']} min. Command: `{meta['command']}`", "", legend, "",
+             f"greedy{repeats_note(meta)}; took {meta['run_minutes']} min. Command: `{meta['command']}`", "", legend, "",
              "| method | speedup | tau (+bonus) | over the twin | lossless |", "|---|---|---|---|---|"]
     best = {}
     for fovea, twin in pairs:

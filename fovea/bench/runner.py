@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -25,21 +26,32 @@ from fovea.profile import interleaved_order
 
 
 def run_speed(pipe, samples: list, methods: list[str], base: FoveaConfig, assistant=None,
-              table: dict[str, Method] = METHODS) -> list[dict]:
-    """Every method on every sample, interleaved with the method order rotated per question."""
+              table: dict[str, Method] = METHODS, repeats: int = 1) -> list[dict]:
+    """Every method on every sample, interleaved with the method order rotated per question. With
+    `repeats` > 1 each question is decoded that many times by every method (each pass interleaved and
+    rotated again) and a row's wall time is the median of its timings (all of them in "walls"): the
+    tokens are the same every time (greedy), only the machine's jitter differs."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
     rows = []
     warm = samples[0]
     for m in methods:                                      # warm-up: first-call allocations
         run_method(pipe, table[m], warm.image, warm.question, base, assistant)
     for qi, s in enumerate(tqdm(samples, desc="bench", dynamic_ncols=True)):
-        results = {m: run_method(pipe, table[m], s.image, s.question, base, assistant)
-                   for m in interleaved_order(methods, qi)}
-        for m, r in results.items():
-            rows.append({"q": qi, "family": s.family, "task": s.task, "method": m, "wall_s": r.wall_s,
+        runs: dict[str, list] = {m: [] for m in methods}
+        for rep in range(repeats):
+            for m in interleaved_order(methods, qi * repeats + rep):
+                runs[m].append(run_method(pipe, table[m], s.image, s.question, base, assistant))
+        ar_tokens = runs["autoregressive"][0].tokens
+        for m, results in runs.items():
+            r = results[0]
+            walls = [x.wall_s for x in results]
+            rows.append({"q": qi, "family": s.family, "task": s.task, "method": m,
+                         "wall_s": statistics.median(walls), **({"walls": walls} if repeats > 1 else {}),
                          "n_tokens": len(r.tokens), "accept_lengths": r.accept_lengths,
                          "iter_ms": [(it.draft_ms, it.verify_ms, it.commit_ms) for it in r.iterations
                                      if r.method != "autoregressive"],
-                         "identical_to_ar": r.tokens == results["autoregressive"].tokens})
+                         "identical_to_ar": all(x.tokens == ar_tokens for x in results)})
     return rows
 
 
@@ -64,9 +76,9 @@ def cold_start_seconds() -> dict:
             "tokens": int(tokens)}
 
 
-def run_meta(argv: list[str], n: int, base: FoveaConfig) -> dict:
+def run_meta(argv: list[str], n: int, base: FoveaConfig, repeats: int = 1) -> dict:
     """What every results file records about its run."""
-    return {"date": time.strftime("%Y-%m-%d"),
+    return {"date": time.strftime("%Y-%m-%d"), "repeats": repeats,
             "machine": f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}",
             "command": " ".join(["python -m fovea.bench", *argv]), "n_questions": n,
             "max_new_tokens": base.decoding.max_new_tokens}
@@ -79,9 +91,9 @@ def _sweep(args, pipe, base: FoveaConfig, table: dict[str, Method], default_out:
     methods = list(table)
     n = args.n or 30
     t_start = time.perf_counter()
-    rows = run_speed(pipe, held_out(n, tuning_seeds), methods, base, table=table)
+    rows = run_speed(pipe, held_out(n, tuning_seeds), methods, base, table=table, repeats=args.repeats)
     summary = summarise(rows, methods)
-    meta = {**run_meta(args.argv, n, base), "run_minutes": round((time.perf_counter() - t_start) / 60, 1),
+    meta = {**run_meta(args.argv, n, base, args.repeats), "run_minutes": round((time.perf_counter() - t_start) / 60, 1),
             **extra_meta}
     md, best = markdown(summary, meta)
     out = args.out or Path(default_out)
