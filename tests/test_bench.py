@@ -281,3 +281,20 @@ def test_repeats_time_every_question_several_times_and_keep_the_median(tmp_path,
     with pytest.raises(SystemExit):
         parse_args(["--repeats", "0"])
     assert "--repeats must be >= 1" in capsys.readouterr().err
+
+
+def test_trigger_sets_each_contexts_triggered_method_for_the_run(capsys):
+    from fovea.bench.cli import parse_args, with_triggers
+    from fovea.methods import METHODS, TRIGGER
+
+    args = parse_args(["--trigger", "text=0.8"])
+    assert args.trigger == {"text": 0.8}
+    table = with_triggers(METHODS, args.trigger)
+    assert table["fovea_text_triggered"].overrides["correction"] == {"max_depth": METHODS["fovea_text_triggered"]
+                                                                     .overrides["correction"]["max_depth"], "trigger": 0.8}
+    assert table["fovea_triggered"].overrides["correction"]["trigger"] == TRIGGER          # the other context's as shipped
+    assert {n for n in METHODS if table[n] != METHODS[n]} == {"fovea_text_triggered"}
+    for bad, says in (("text", "CONTEXT=T"), ("nope=0.5", "CONTEXT=T"), ("full=x", "not a number"), ("full=0", "(0, 1]")):
+        with pytest.raises(SystemExit):
+            parse_args(["--trigger", bad])
+        assert says in capsys.readouterr().err

@@ -128,6 +128,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--analysis-n", type=int,
                    help="held-out questions for the diagnostics (the same seeds the bench starts with)")
     p.add_argument("--analysis-tokens", type=int, help="max new tokens for the diagnostics")
+    p.add_argument("--trigger", nargs="+", default=[], metavar="CONTEXT=T",
+                   help="the correction trigger of each named drafter context's triggered FOVEA method for this run "
+                        "(e.g. text=0.8 full=0.7), in place of fovea.methods.TRIGGER / TRIGGER_TEXT: the values a "
+                        "trigger sweep picks for a pair other than the shipped one")
     p.add_argument("--repeats", type=int, default=1,
                    help="time every question this many times per method (each pass interleaved, the order rotated "
                         "again) and take the median wall time per question: less of the machine's jitter in each "
@@ -145,6 +149,18 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.error(f"--drafters {name}: {folder} is not a folder")
         extra[name] = Path(folder)
     args.drafters = extra
+    triggers = {}
+    for item in args.trigger:
+        name, sep, value = item.partition("=")
+        if not sep or name not in CONTEXTS:
+            p.error(f"--trigger takes CONTEXT=T with CONTEXT one of {sorted(CONTEXTS)}, got {item!r}")
+        try:
+            triggers[name] = float(value)
+        except ValueError:
+            p.error(f"--trigger {name}: {value!r} is not a number")
+        if not 0.0 < triggers[name] <= 1.0:
+            p.error(f"--trigger {name}: T must be in (0, 1], got {triggers[name]}")
+    args.trigger = triggers
     stop_below = range_of(TreeConfig, "stop_below")
     if args.stop_below is not None and args.stop_below not in stop_below:
         p.error(f"--stop-below must be {stop_below.text}, got {args.stop_below}")
@@ -160,6 +176,18 @@ def parse_args(argv=None) -> argparse.Namespace:
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     return args
+
+
+def with_triggers(table: dict[str, Method], triggers: dict[str, float]) -> dict[str, Method]:
+    """`table` with each named drafter context's triggered FOVEA methods (its FOVEA drafter, a correction
+    trigger) set to that context's threshold."""
+    out = dict(table)
+    for context, t in triggers.items():
+        for name, m in table.items():
+            corr = m.overrides.get("correction", {})
+            if m.drafter == CONTEXTS[context].fovea and corr.get("trigger"):
+                out[name] = Method(m.name, m.kind, m.drafter, {**m.overrides, "correction": {**corr, "trigger": t}})
+    return out
 
 
 def drafter_methods(pipe, names) -> dict[str, Method]:
@@ -200,7 +228,7 @@ def main(argv=None) -> None:
 
         loaded = {name: Drafter.from_pretrained(folder) for name, folder in args.drafters.items()}
         pipe = FoveaPipeline(pipe.target, {**pipe.drafters, **loaded})
-    table = {**METHODS, **drafter_methods(pipe, args.drafters)}
+    table = with_triggers({**METHODS, **drafter_methods(pipe, args.drafters)}, args.trigger)
     max_new = args.max_new_tokens or (64 if sweep else preset["max_new_tokens"])
     base = FoveaConfig().replace(decoding={"max_new_tokens": max_new, "trace": False})
     if args.stop_below is not None:
