@@ -294,6 +294,11 @@ def test_trigger_sets_each_contexts_triggered_method_for_the_run(capsys):
                                                                      .overrides["correction"]["max_depth"], "trigger": 0.8}
     assert table["fovea_triggered"].overrides["correction"]["trigger"] == TRIGGER          # the other context's as shipped
     assert {n for n in METHODS if table[n] != METHODS[n]} == {"fovea_text_triggered"}
+    from fovea.bench.methods import STOP_PAIRS, STOP_VARIANTS, pair_sweep_methods
+
+    swept = pair_sweep_methods(STOP_VARIANTS, STOP_PAIRS, True, table)      # the sweeps build on the same table
+    assert swept["fovea_text_triggered@stop0.5"].overrides == {"correction": table["fovea_text_triggered"]
+                                                               .overrides["correction"], "tree": {"stop_below": 0.5}}
     for bad, says in (("text", "CONTEXT=T"), ("nope=0.5", "CONTEXT=T"), ("full=x", "not a number"), ("full=0", "(0, 1]")):
         with pytest.raises(SystemExit):
             parse_args(["--trigger", bad])

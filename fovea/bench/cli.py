@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from fovea.bench.methods import METHODS, Method, load_assistant
+from fovea.bench.methods import METHODS, Method, load_assistant, with_triggers
 from fovea.methods import AUTOREGRESSIVE, CONTEXTS, CORRECTION_PAIRS, FULL
 from fovea.bench.report import write_results
 from fovea.bench.runner import PAIR_SWEEPS, cold_start_seconds, held_out, pair_sweep, run_meta, run_speed, tree_sweep
@@ -176,18 +176,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     return args
-
-
-def with_triggers(table: dict[str, Method], triggers: dict[str, float]) -> dict[str, Method]:
-    """`table` with each named drafter context's triggered FOVEA methods (its FOVEA drafter, a correction
-    trigger) set to that context's threshold."""
-    out = dict(table)
-    for context, t in triggers.items():
-        for name, m in table.items():
-            corr = m.overrides.get("correction", {})
-            if m.drafter == CONTEXTS[context].fovea and corr.get("trigger"):
-                out[name] = Method(m.name, m.kind, m.drafter, {**m.overrides, "correction": {**corr, "trigger": t}})
-    return out
 
 
 def drafter_methods(pipe, names) -> dict[str, Method]:

@@ -54,14 +54,27 @@ STOP_VARIANTS = tuple((f"stop{t:g}", {"tree": {"stop_below": t}}) for t in STOPS
 STOP_PAIRS = (*SWEEP_PAIRS, *((c.best, c.twin) for c in CONTEXTS.values() if c.best != c.fovea))
 
 
-def pair_sweep_methods(variants, pairs=SWEEP_PAIRS, twins_too: bool = False) -> dict[str, Method]:
+def with_triggers(table: dict[str, Method], triggers: dict[str, float]) -> dict[str, Method]:
+    """`table` with each named drafter context's triggered FOVEA methods (its FOVEA drafter, a correction
+    trigger) set to that context's threshold."""
+    out = dict(table)
+    for context, t in triggers.items():
+        for name, m in table.items():
+            corr = m.overrides.get("correction", {})
+            if m.drafter == CONTEXTS[context].fovea and corr.get("trigger"):
+                out[name] = Method(m.name, m.kind, m.drafter, {**m.overrides, "correction": {**corr, "trigger": t}})
+    return out
+
+
+def pair_sweep_methods(variants, pairs=SWEEP_PAIRS, twins_too: bool = False,
+                       table: dict[str, Method] = METHODS) -> dict[str, Method]:
     """autoregressive, then per pair: the twin, FOVEA as the paper runs it, and FOVEA@label per variant
-    (and twin@label with `twins_too`)."""
-    out = {"autoregressive": METHODS["autoregressive"]}
+    (and twin@label with `twins_too`), each built on its method in `table` (e.g. `with_triggers`')."""
+    out = {"autoregressive": table["autoregressive"]}
     for fovea, twin in pairs:
-        out[twin], out[fovea] = METHODS[twin], METHODS[fovea]
+        out[twin], out[fovea] = table[twin], table[fovea]
         for name in (fovea, twin) if twins_too else (fovea,):
-            m = METHODS[name]
+            m = table[name]
             for label, overrides in variants:
                 merged = {k: {**m.overrides.get(k, {}), **v} for k, v in overrides.items()}
                 out[f"{name}@{label}"] = Method(f"{name}@{label}", drafter=m.drafter,

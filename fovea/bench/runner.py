@@ -15,7 +15,7 @@ import torch
 from tqdm import tqdm
 
 from fovea.bench.methods import (CONTROL_VARIANTS, DEPTH_VARIANTS, METHODS, RETRIEVAL_VARIANTS, STOP_PAIRS, STOP_VARIANTS, SWEEP_DRAFTERS, SWEEP_PAIRS,
-                                 TREE_SHAPES, TRIGGER_VARIANTS, Method, pair_sweep_methods, run_method,
+                                 TREE_SHAPES, TRIGGER_VARIANTS, Method, pair_sweep_methods, run_method, with_triggers,
                                  tree_sweep_methods)
 from fovea.bench.report import pair_sweep_markdown, tree_sweep_markdown, write_rows
 from fovea.bench.stats import summarise
@@ -139,6 +139,7 @@ def pair_sweep(args, pipe, base: FoveaConfig, kind: str) -> str:
     variants, folder, legend, twins_too, sweep_pairs = PAIR_SWEEPS[kind]
     pairs = tuple(p for p in sweep_pairs if all(METHODS[m].drafter in pipe.drafters for m in p))
     labels = [label for label, _ in variants]
-    return _sweep(args, pipe, base, pair_sweep_methods(variants, pairs, twins_too), folder,
+    table = with_triggers(METHODS, getattr(args, "trigger", {}))
+    return _sweep(args, pipe, base, pair_sweep_methods(variants, pairs, twins_too, table), folder,
                   {"sweep": kind, "variants": [[label, o] for label, o in variants], "pairs": [list(p) for p in pairs]},
                   lambda summary, meta: pair_sweep_markdown(summary, meta, kind, legend, labels, pairs, twins_too))
