@@ -229,7 +229,7 @@ def main(argv=None) -> None:
         return
     for kind in PAIR_SWEEPS:
         if getattr(args, f"{kind}_sweep"):
-            print(pair_sweep(args, pipe, base, kind))
+            print(pair_sweep(args, pipe, base, kind, table))
             return
     if args.profile:
         print(profile(args, pipe, base))

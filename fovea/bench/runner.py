@@ -15,7 +15,7 @@ import torch
 from tqdm import tqdm
 
 from fovea.bench.methods import (CONTROL_VARIANTS, DEPTH_VARIANTS, METHODS, RETRIEVAL_VARIANTS, STOP_PAIRS, STOP_VARIANTS, SWEEP_DRAFTERS, SWEEP_PAIRS,
-                                 TREE_SHAPES, TRIGGER_VARIANTS, Method, pair_sweep_methods, run_method, with_triggers,
+                                 TREE_SHAPES, TRIGGER_VARIANTS, Method, pair_sweep_methods, run_method,
                                  tree_sweep_methods)
 from fovea.bench.report import pair_sweep_markdown, tree_sweep_markdown, write_rows
 from fovea.bench.stats import summarise
@@ -133,13 +133,13 @@ PAIR_SWEEPS = {   # name: (variants, default folder, what @label means, the twin
 }
 
 
-def pair_sweep(args, pipe, base: FoveaConfig, kind: str) -> str:
+def pair_sweep(args, pipe, base: FoveaConfig, kind: str, table: dict[str, Method] = METHODS) -> str:
     """FOVEA under decode-time variants (PAIR_SWEEPS[kind]) beside its twin, per drafter context the
-    pipeline has, on tuning questions."""
+    pipeline has, on tuning questions; each variant is built on its method in `table` (the CLI's, with
+    `--trigger` applied)."""
     variants, folder, legend, twins_too, sweep_pairs = PAIR_SWEEPS[kind]
-    pairs = tuple(p for p in sweep_pairs if all(METHODS[m].drafter in pipe.drafters for m in p))
+    pairs = tuple(p for p in sweep_pairs if all(table[m].drafter in pipe.drafters for m in p))
     labels = [label for label, _ in variants]
-    table = with_triggers(METHODS, getattr(args, "trigger", {}))
     return _sweep(args, pipe, base, pair_sweep_methods(variants, pairs, twins_too, table), folder,
                   {"sweep": kind, "variants": [[label, o] for label, o in variants], "pairs": [list(p) for p in pairs]},
                   lambda summary, meta: pair_sweep_markdown(summary, meta, kind, legend, labels, pairs, twins_too))
